@@ -1,0 +1,100 @@
+"""The data that flows through one GRPO step, defined once.
+
+    prompt ─▶ Completion (generator) ─▶ Group (+ rewards) ─▶ Episode (+ advantage) ─▶ TrainBatch (collated tensors)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Problem:
+    """One prompt of a task: what the model sees and what the reward checks against."""
+
+    prompt: str  # text given to the tokenizer (already formatted with any chat template)
+    target: str  # the reference answer a reward function compares with
+    question: str = ""  # the raw question, before formatting (for logs)
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of a prompt, as the generator returned it."""
+
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]  # behaviour log-probabilities of token_ids under the sampling policy
+    stop_reason: str  # "eos" | "length"
+    policy_version: int  # version of the weights that sampled it
+    text: str = ""
+
+    @property
+    def truncated(self) -> bool:
+        return self.stop_reason == "length"
+
+
+@dataclass
+class Group:
+    """All completions of one prompt, scored. Advantages are relative within the group."""
+
+    problem: Problem
+    completions: list[Completion]
+    rewards: list[float] = field(default_factory=list)
+    components: list[dict[str, float]] = field(default_factory=list)  # per completion: each reward function's score
+    correct: list[bool] = field(default_factory=list)  # per completion: the first reward function scored it 1
+    reward_failures: int = 0  # completions whose reward function raised or returned NaN
+
+    @property
+    def policy_version(self) -> int:
+        return min(c.policy_version for c in self.completions)
+
+
+@dataclass
+class Episode:
+    """One completion ready for training: its advantage and, when a reference model is used, its logprobs."""
+
+    completion: Completion
+    reward: float
+    advantage: float
+    ref_logprobs: list[float] | None = None
+
+    @property
+    def policy_version(self) -> int:
+        return self.completion.policy_version
+
+
+@dataclass
+class TrainBatch:
+    """Episodes collated into tensors. Prompts are left-padded and responses right-padded, so every
+    response starts at column P of the concatenation [prompt_ids | response_ids]."""
+
+    prompt_ids: torch.Tensor  # [B, P] long, left-padded
+    prompt_mask: torch.Tensor  # [B, P] bool
+    response_ids: torch.Tensor  # [B, R] long, right-padded
+    response_mask: torch.Tensor  # [B, R] bool, True on real response tokens
+    behavior_logprobs: torch.Tensor  # [B, R] float, from the generator
+    advantages: torch.Tensor  # [B] float
+    truncated: torch.Tensor  # [B] bool, stopped at max tokens rather than EOS
+    policy_versions: torch.Tensor  # [B] long
+    ref_logprobs: torch.Tensor | None = None  # [B, R] float, when a reference model is used
+
+    def __len__(self) -> int:
+        return self.response_ids.shape[0]
+
+    def split(self, n: int) -> list["TrainBatch"]:
+        """Split into n micro-batches of near-equal size (for gradient accumulation)."""
+        size = -(-len(self) // n)
+        out = []
+        for start in range(0, len(self), size):
+            sl = slice(start, start + size)
+            out.append(
+                TrainBatch(
+                    **{
+                        k: (v[sl] if isinstance(v, torch.Tensor) else v)
+                        for k, v in self.__dict__.items()
+                    }
+                )
+            )
+        return out

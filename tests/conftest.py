@@ -1,0 +1,25 @@
+"""Shared test fixtures. Monarch's default fault hook exits the process when an actor fails; tests replace it so one
+failing actor fails its test, not the whole pytest run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _monarch_fault_hook():
+    try:
+        import monarch.actor
+    except ImportError:
+        yield
+        return
+    failures = []
+    original = monarch.actor.unhandled_fault_hook
+    monarch.actor.unhandled_fault_hook = failures.append
+    yield failures
+    monarch.actor.unhandled_fault_hook = original

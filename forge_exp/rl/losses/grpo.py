@@ -1,0 +1,75 @@
+"""The clipped-surrogate family: GRPO, Dr. GRPO and DAPO are configurations of one loss.
+
+    L = agg_t[ −min(r_t·A, clip(r_t, 1 − ε_low, 1 + ε_high)·A) + β·KL_t − c_H·H_t ]     r_t = π_θ(y_t)/π_b(y_t)
+
+GRPO    Shao et al. 2024, DeepSeekMath, arXiv 2402.03300, eq. 3: ε_low = ε_high = 0.2, β = 0.04 with the k3
+        estimator, group-normalised advantages, loss_agg = seq_mean (1/G Σ_i 1/|o_i| Σ_t).
+Dr.GRPO Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv 2503.20783: advantages without std
+        normalisation (advantage=mean) and loss_agg = fixed_horizon (Σ_t over tokens / a constant max length),
+        β = 0.
+DAPO    Yu et al. 2025, arXiv 2503.14476, eq. 8: clip-higher (ε_low = 0.2, ε_high = 0.28), loss_agg = token_mean
+        (1/Σ|o_i| Σ_i Σ_t), β = 0; dynamic sampling and overlong filtering/shaping live in rl/filters.py.
+Dual clip (Ye et al. 2020, arXiv 1912.09729): for A < 0 the objective is also bounded below by c·A (c > 1).
+
+Departures from the papers:
+- π_old is the behaviour policy: the generator's own logprobs (`behavior_logprobs`). It anchors the trust region
+  and corrects for the generator being up to `max_policy_age` versions stale, in one ratio. The papers
+  recompute π_old with the trainer.
+- KL uses the clamped estimators of rl/kl.py, and the log-ratio is clamped to ±20 before exp (see primitives).
+- A fully masked row is left out of seq_mean's batch mean (it counts in fixed_horizon's B).
+- Optional entropy bonus (entropy_coef), not in any of the three papers; 0 by default.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from forge_exp.rl.losses.primitives import (
+    Aggregation,
+    Regularizers,
+    check_clip_bounds,
+    clipped_surrogate,
+    finish,
+    log_ratio,
+    prepare_inputs,
+)
+
+
+class GRPOLoss(nn.Module):
+    """PPO clipped surrogate over group-relative advantages, + β·KL to the reference, + entropy bonus."""
+
+    def __init__(
+        self,
+        clip_low: float | None = 0.2,
+        clip_high: float | None = 0.2,
+        dual_clip: float | None = None,
+        beta: float = 0.04,
+        kl_estimator: str = "k3",
+        entropy_coef: float = 0.0,
+        loss_agg: str = "seq_mean",
+        horizon: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_clip_bounds(clip_low, clip_high, dual_clip)
+        self.clip_low, self.clip_high, self.dual_clip = clip_low, clip_high, dual_clip
+        self.regularizers = Regularizers(beta=beta, kl_estimator=kl_estimator, entropy_coef=entropy_coef)
+        self.agg = Aggregation(loss_agg, horizon)
+        # the trainer reads this (rl.losses.loss_inputs) to know what to compute
+        self.required_inputs = frozenset({"logprobs", "behavior_logprobs", "advantages", "padding_mask"}) | (
+            self.regularizers.inputs
+        )
+
+    def forward(
+        self,
+        logprobs: torch.Tensor,  # [B, T]
+        behavior_logprobs: torch.Tensor,  # [B, T]
+        advantages: torch.Tensor,  # [B, 1]
+        padding_mask: torch.Tensor,  # [B, T]
+        ref_logprobs: torch.Tensor | None = None,  # [B, T]
+        entropy: torch.Tensor | None = None,  # [B, T]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x = prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy)
+        ratio = log_ratio(x.logprobs, x.behavior_logprobs).exp()  # [B, T]
+        per_token, clipped = clipped_surrogate(ratio, x.advantages, self.clip_low, self.clip_high, self.dual_clip)
+        return finish(self.agg(per_token, x.mask), x, ratio, clipped, self.regularizers, self.agg)

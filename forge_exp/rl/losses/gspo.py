@@ -1,0 +1,99 @@
+"""GSPO: Group Sequence Policy Optimization (Zheng et al. 2025, Qwen, arXiv 2507.18071).
+
+The importance ratio and its clip move from tokens to whole sequences (eq. 5–7):
+
+    s_i = (π_θ(y_i|x) / π_old(y_i|x))^(1/|y_i|) = exp( 1/|y_i| Σ_t log r_{i,t} )
+    J   = 1/G Σ_i min( s_i·A_i, clip(s_i, 1 − ε_low, 1 + ε_high)·A_i )      (paper: ε_low 3e-4, ε_high 4e-4)
+
+GSPO-token (eq. 13–14) allows per-token advantages A_{i,t}:
+
+    s_{i,t} = sg[s_i] · π_θ(y_{i,t}) / sg[π_θ(y_{i,t})]
+    J       = 1/G Σ_i 1/|y_i| Σ_t min( s_{i,t}·A_{i,t}, clip(s_{i,t})·A_{i,t} )
+
+With one advantage per sequence both give the same value and gradient (tested).
+
+Departures from the paper:
+- π_old is the generator's behaviour logprobs (see grpo.py); the token log-ratios are clamped to ±20.
+- The per-sequence term is spread over the sequence's tokens and aggregated with `loss_agg`; the paper's
+  objective is loss_agg = seq_mean (the default). token_mean weights sequences by length.
+- Optional β·KL and entropy bonus (both 0 in the paper), aggregated like the policy term.
+- Clip fractions count tokens (all tokens of a clipped sequence), as the paper's Figure 2 does.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from forge_exp.rl.losses.primitives import (
+    Aggregation,
+    Clipped,
+    Regularizers,
+    check_clip_bounds,
+    clipped_surrogate,
+    finish,
+    log_ratio,
+    prepare_inputs,
+    seq_mean,
+)
+
+
+def sequence_log_ratio(token_log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """1/|y_i| Σ_t log r_{i,t} per row ([B, 1]); 0 for a fully masked row."""
+    # token_log_ratio: [B, T], mask: [B, T] bool
+    m = mask.to(token_log_ratio.dtype)
+    return ((token_log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)  # [B, 1]
+
+
+class GSPOLoss(nn.Module):
+    """Sequence-level clipped surrogate (GSPO), or GSPO-token with token_level=True."""
+
+    def __init__(
+        self,
+        clip_low: float | None = 3e-4,
+        clip_high: float | None = 4e-4,
+        token_level: bool = False,
+        beta: float = 0.0,
+        kl_estimator: str = "k3",
+        entropy_coef: float = 0.0,
+        loss_agg: str = "seq_mean",
+        horizon: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_clip_bounds(clip_low, clip_high)
+        self.clip_low, self.clip_high, self.token_level = clip_low, clip_high, token_level
+        self.regularizers = Regularizers(beta=beta, kl_estimator=kl_estimator, entropy_coef=entropy_coef)
+        self.agg = Aggregation(loss_agg, horizon)
+        self.required_inputs = frozenset({"logprobs", "behavior_logprobs", "advantages", "padding_mask"}) | (
+            self.regularizers.inputs
+        )
+
+    def forward(
+        self,
+        logprobs: torch.Tensor,  # [B, T]
+        behavior_logprobs: torch.Tensor,  # [B, T]
+        advantages: torch.Tensor,  # [B, 1] ([B, T] allowed with token_level)
+        padding_mask: torch.Tensor,  # [B, T]
+        ref_logprobs: torch.Tensor | None = None,  # [B, T]
+        entropy: torch.Tensor | None = None,  # [B, T]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x = prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy)
+        token_lr = log_ratio(x.logprobs, x.behavior_logprobs)  # [B, T]
+        seq_lr = sequence_log_ratio(token_lr, x.mask)  # [B, 1]
+        if self.token_level:
+            # value s_i on every token, gradient s_i · ∇log π_θ(y_t)
+            s = torch.exp(seq_lr.detach() + x.logprobs - x.logprobs.detach())  # [B, T]
+        else:
+            if x.advantages.shape[-1] != 1:
+                raise ValueError(
+                    "GSPO (sequence level) takes one advantage per sequence, got [B, T] advantages; "
+                    "set algorithm.gspo_token=true for per-token advantages"
+                )
+            s = torch.exp(seq_lr)  # [B, 1]
+        per_seq, clipped = clipped_surrogate(s, x.advantages, self.clip_low, self.clip_high)  # [B, 1] or [B, T]
+        per_token = per_seq.expand_as(x.logprobs)  # [B, T]
+        clipped = Clipped(*(c.expand_as(x.mask) for c in (clipped.low, clipped.high, clipped.dual)))
+        loss, metrics = finish(self.agg(per_token, x.mask), x, token_lr.exp(), clipped, self.regularizers, self.agg)
+        seq_rows = torch.exp(seq_lr.detach()).expand_as(x.logprobs)  # [B, T]
+        metrics["loss/seq_ratio_mean"] = seq_mean(seq_rows, x.mask)
+        return loss, metrics

@@ -1,0 +1,83 @@
+"""SAPO: Soft Adaptive Policy Optimization (Gao et al. 2025, Qwen, arXiv 2511.20347).
+
+The hard clip is replaced by a smooth, temperature-controlled gate on the token ratio r = π_θ/π_old:
+
+    f_τ(r) = (4/τ) · σ(τ·(r − 1))         τ = τ_pos if A > 0 else τ_neg     (paper: τ_pos 1.0, τ_neg 1.05)
+    J      = 1/G Σ_i 1/|y_i| Σ_t f_τ(r_{i,t}) · A_i
+
+    ∇f_τ(r) = 4·σ(τ(r−1))·(1 − σ(τ(r−1))) · r · ∇log π_θ
+
+The gradient weight 4σ(1−σ) is 1 at r = 1 (on-policy SAPO has the same gradient as GRPO) and decays smoothly
+as r leaves 1, faster for larger τ; τ_neg > τ_pos damps negative-advantage updates more, which the paper finds
+stabilising. We implement exactly this f_τ; the loss value at r = 1 is −(2/τ)·A, not −A.
+
+Departures from the paper:
+- π_old is the generator's behaviour logprobs, log-ratio clamped to ±20 (see primitives).
+- `loss_agg` is configurable; seq_mean (the default) is the paper's 1/G Σ_i 1/|y_i| Σ_t.
+- Optional β·KL and entropy bonus (not in the paper).
+- No hard clip, so loss/clip_frac_* are 0; loss/sapo_gate_mean reports the mean gradient weight 4σ(1−σ).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from forge_exp.rl.losses.primitives import Aggregation, Regularizers, finish, log_ratio, prepare_inputs, token_mean
+
+
+def _temperature(advantages: torch.Tensor, tau_pos: float, tau_neg: float, dtype: torch.dtype) -> torch.Tensor:
+    """τ_pos where A > 0, τ_neg elsewhere, built in `dtype` (a float32 1.05 would cost float64 precision)."""
+    pos = torch.full((), tau_pos, dtype=dtype, device=advantages.device)
+    return torch.where(advantages > 0, pos, torch.full((), tau_neg, dtype=dtype, device=advantages.device))
+
+
+def soft_gate(ratio: torch.Tensor, advantages: torch.Tensor, tau_pos: float, tau_neg: float) -> torch.Tensor:
+    """f_τ(r) = (4/τ)·σ(τ(r − 1)) with τ chosen per token by the sign of A."""
+    # ratio: [B, T], advantages: broadcastable to [B, T]
+    tau = _temperature(advantages, tau_pos, tau_neg, ratio.dtype).expand_as(ratio)  # [B, T]
+    return (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))  # [B, T]
+
+
+class SAPOLoss(nn.Module):
+    """−f_τ(r)·A per token, asymmetric temperatures for positive / negative advantages."""
+
+    def __init__(
+        self,
+        tau_pos: float = 1.0,
+        tau_neg: float = 1.05,
+        beta: float = 0.0,
+        kl_estimator: str = "k3",
+        entropy_coef: float = 0.0,
+        loss_agg: str = "seq_mean",
+        horizon: int | None = None,
+    ) -> None:
+        super().__init__()
+        for name, tau in (("tau_pos", tau_pos), ("tau_neg", tau_neg)):
+            if not tau > 0:
+                raise ValueError(f"{name} must be > 0, got {tau}")
+        self.tau_pos, self.tau_neg = float(tau_pos), float(tau_neg)
+        self.regularizers = Regularizers(beta=beta, kl_estimator=kl_estimator, entropy_coef=entropy_coef)
+        self.agg = Aggregation(loss_agg, horizon)
+        self.required_inputs = frozenset({"logprobs", "behavior_logprobs", "advantages", "padding_mask"}) | (
+            self.regularizers.inputs
+        )
+
+    def forward(
+        self,
+        logprobs: torch.Tensor,  # [B, T]
+        behavior_logprobs: torch.Tensor,  # [B, T]
+        advantages: torch.Tensor,  # [B, 1]
+        padding_mask: torch.Tensor,  # [B, T]
+        ref_logprobs: torch.Tensor | None = None,  # [B, T]
+        entropy: torch.Tensor | None = None,  # [B, T]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x = prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy)
+        ratio = log_ratio(x.logprobs, x.behavior_logprobs).exp()  # [B, T]
+        per_token = -soft_gate(ratio, x.advantages, self.tau_pos, self.tau_neg) * x.advantages  # [B, T]
+        loss, metrics = finish(self.agg(per_token, x.mask), x, ratio, None, self.regularizers, self.agg)
+        with torch.no_grad():
+            tau = _temperature(x.advantages, self.tau_pos, self.tau_neg, ratio.dtype)  # [B, 1] or [B, T]
+            sig = torch.sigmoid(tau * (ratio - 1.0))  # [B, T]
+            metrics["loss/sapo_gate_mean"] = token_mean(4.0 * sig * (1.0 - sig), x.mask)
+        return loss, metrics

@@ -1,0 +1,159 @@
+"""HF `datasets` sources on local jsonl / parquet files written here with the real GSM8K and MATH schemas."""
+
+import itertools
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from forge_exp.config.dataset import DatasetConfig
+from forge_exp.data import hf
+from tests.data.test_prompts import make_tokenizer
+
+GSM8K_TRAIN = [  # openai/gsm8k "main": question, answer (worked solution ending in "#### <number>")
+    {"question": f"Tom has {n} apples and buys {n * 100} more. How many apples now?",
+     "answer": f"He has {n} + {n * 100} = <<{n}+{n * 100}={n * 101}>>{n * 101} apples.\n#### {n * 101:,}"}
+    for n in range(1, 11)
+]
+GSM8K_TEST = [
+    {"question": "What is 6*7?", "answer": "6*7 = <<6*7=42>>42\n#### 42"},
+    {"question": "What is 1000+234?", "answer": "#### 1,234"},
+    {"question": "What is 2-3?", "answer": "#### -1"},
+]
+MATH_ROWS = [  # the MATH schema: problem, level, type, solution (answer in the last \boxed{})
+    {"problem": "Compute $\\frac{1}{4}+\\frac{1}{4}$.", "level": "Level 1", "type": "Prealgebra",
+     "solution": "We add: $\\frac{1}{4}+\\frac{1}{4} = \\boxed{\\frac{1}{2}}$."},
+    {"problem": "Find $x$ if $x^2=4$ and $x<0$.", "level": "Level 2", "type": "Algebra",
+     "solution": "So $x = \\boxed{-2}$."},
+]
+
+
+@pytest.fixture(autouse=True)
+def _datasets_cache(tmp_path, monkeypatch):
+    """datasets writes caches and lock files under ~/.cache unless told otherwise."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def config(tmp_path, **overrides) -> DatasetConfig:
+    fields = dict(name="test", source="jsonl", path=str(tmp_path / "{split}.jsonl"), target_format="gsm8k",
+                  system_prompt="none", use_chat_template=False, eval_size=None)
+    return DatasetConfig(**{**fields, **overrides})
+
+
+@pytest.fixture
+def gsm8k_files(tmp_path):
+    write_jsonl(tmp_path / "train.jsonl", GSM8K_TRAIN)
+    write_jsonl(tmp_path / "test.jsonl", GSM8K_TEST)
+    return tmp_path
+
+
+def test_jsonl_gsm8k_field_mapping_and_targets(gsm8k_files, tmp_path):
+    factory, eval_problems = hf.build(config(gsm8k_files, eval_size=2), None, cache_dir=str(tmp_path / "cache"))
+    assert [(p.question, p.target) for p in eval_problems] == [("What is 6*7?", "42"), ("What is 1000+234?", "1234")]
+    assert eval_problems[0].prompt == "User: What is 6*7?\nAssistant:"
+    first_epoch = list(itertools.islice(factory(), 10))
+    assert sorted(p.target for p in first_epoch) == sorted(str(n * 101) for n in range(1, 11))  # "1,010" → "1010"
+
+
+def test_train_order_is_reshuffled_each_epoch_and_seeded(gsm8k_files, tmp_path):
+    cache = str(tmp_path / "cache")
+    factory, _ = hf.build(config(gsm8k_files, eval_split=None), None, cache_dir=cache)
+    stream = factory()
+    epochs = [[p.target for p in itertools.islice(stream, 10)] for _ in range(3)]
+    assert factory.epoch == 2
+    assert all(sorted(e) == sorted(epochs[0]) for e in epochs)  # every epoch is a permutation of the split
+    assert len({tuple(e) for e in epochs}) == 3  # ... a different one each time
+    again, _ = hf.build(config(gsm8k_files, eval_split=None), None, cache_dir=cache)
+    assert [p.target for p in itertools.islice(again(), 30)] == sum(epochs, [])  # same seed, same order
+    other, _ = hf.build(config(gsm8k_files, eval_split=None, seed=1), None, cache_dir=cache)
+    assert [p.target for p in itertools.islice(other(), 10)] != epochs[0]
+    assert [p.target for p in itertools.islice(factory(start_epoch=2), 10)] == epochs[2]  # resumable
+
+
+def test_parquet_math_boxed_targets_with_chat_template(tmp_path):
+    pq.write_table(pa.Table.from_pylist(MATH_ROWS), tmp_path / "train.parquet")
+    pq.write_table(pa.Table.from_pylist(MATH_ROWS[:1]), tmp_path / "test.parquet")
+    cfg = config(tmp_path, source="parquet", path=str(tmp_path / "{split}.parquet"), question_key="problem",
+                 answer_key="solution", target_format="boxed", system_prompt="boxed", use_chat_template=True)
+    factory, eval_problems = hf.build(cfg, make_tokenizer(), cache_dir=str(tmp_path / "cache"))
+    assert sorted(p.target for p in itertools.islice(factory(), 2)) == ["-2", "\\frac{1}{2}"]
+    (problem,) = eval_problems
+    assert problem.question == MATH_ROWS[0]["problem"]
+    assert problem.prompt.startswith("<|im_start|>system\n") and "\\boxed{}" in problem.prompt
+    assert problem.prompt.endswith(f"user\n{MATH_ROWS[0]['problem']}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_streaming_jsonl(gsm8k_files):
+    factory, eval_problems = hf.build(config(gsm8k_files, streaming=True, eval_size=1, shuffle_buffer=4), None)
+    assert [p.target for p in eval_problems] == ["42"]
+    stream = factory()
+    epochs = [sorted(p.target for p in itertools.islice(stream, 10)) for _ in range(2)]
+    assert epochs[0] == epochs[1] == sorted(str(n * 101) for n in range(1, 11))
+
+
+def test_a_row_missing_a_key_names_the_file_row_and_key(gsm8k_files, tmp_path):
+    rows = [dict(r) for r in GSM8K_TRAIN]
+    del rows[6]["question"]
+    write_jsonl(gsm8k_files / "train.jsonl", rows)
+    with pytest.raises(ValueError, match=r"train\.jsonl row 7: missing key 'question' \(dataset\.question_key\)"):
+        hf.build(config(gsm8k_files), None, cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_null_field_or_missing_column_in_parquet(tmp_path):
+    rows = [dict(r) for r in MATH_ROWS] + [{**MATH_ROWS[0], "solution": None}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    cfg = config(tmp_path, source="parquet", path=str(tmp_path / "train.parquet"), eval_split=None,
+                 question_key="problem", answer_key="solution", target_format="boxed")
+    with pytest.raises(ValueError, match=r"train\.parquet row 3: key 'solution' is null \(dataset\.answer_key\)"):
+        hf.build(cfg, None, cache_dir=str(tmp_path / "cache"))
+    cfg.question_key = "question"  # MATH calls it "problem"
+    with pytest.raises(ValueError, match=r"row 1: missing key 'question' .* the row has: problem, level"):
+        hf.build(cfg, None, cache_dir=str(tmp_path / "cache"))
+
+
+def test_an_answer_without_its_target_marker(gsm8k_files, tmp_path):
+    write_jsonl(gsm8k_files / "test.jsonl", GSM8K_TEST + [{"question": "q", "answer": "no marker"}])
+    with pytest.raises(ValueError, match=r"test\.jsonl row 4: 'answer' has no '#### <answer>' line"):
+        hf.build(config(gsm8k_files), None, cache_dir=str(tmp_path / "cache"))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"dataset\.path: .*train\.jsonl does not exist"):
+        hf.build(config(tmp_path), None)
+
+
+def test_prompts_over_max_prompt_tokens_are_skipped(gsm8k_files, tmp_path):
+    rows = GSM8K_TRAIN[:3] + [{"question": "word " * 50, "answer": "#### 1"}]
+    write_jsonl(gsm8k_files / "train.jsonl", rows)
+    factory, _ = hf.build(config(gsm8k_files, eval_split=None, max_prompt_tokens=20), make_tokenizer(),
+                          cache_dir=str(tmp_path / "cache"))
+    assert len({p.target for p in itertools.islice(factory(), 9)}) == 3
+    assert factory.skipped == 3  # the long one, once per epoch
+    tiny, _ = hf.build(config(gsm8k_files, eval_split=None, max_prompt_tokens=1), make_tokenizer(),
+                       cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="no prompt fits in dataset.max_prompt_tokens=1"):
+        next(tiny())
+
+
+@pytest.mark.parametrize(
+    ("answer", "fmt", "target"),
+    [
+        ("so 5 + 3 = <<5+3=8>>8\n#### 8", "gsm8k", "8"),
+        ("#### 1,234,567", "gsm8k", "1234567"),
+        ("#### -3.5", "gsm8k", "-3.5"),
+        ("no marker", "gsm8k", None),
+        ("thus $\\boxed{\\frac{\\sqrt{3}}{2}}$", "boxed", "\\frac{\\sqrt{3}}{2}"),
+        ("first \\boxed{1} then \\boxed{2}", "boxed", "2"),
+        ("  42 ", "raw", "42"),
+        (42, "raw", "42"),
+    ],
+)
+def test_extract_target(answer, fmt, target):
+    assert hf.extract_target(answer, fmt) == target

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the schema stays importable without torch
 
 SOURCES = ("arithmetic", "hf", "jsonl", "parquet")
 TARGET_FORMATS = ("gsm8k", "boxed", "raw")  # see forge_exp/data/hf.py:extract_target
-ARITHMETIC_OPS = "+-*/"
+ARITHMETIC_OPS = "+-*"
 
 
 @dataclass
@@ -93,12 +93,10 @@ def build_dataset(cfg: DatasetConfig, tokenizer: Any) -> tuple[Callable[..., Ite
     """(train iterator factory, eval problems). `train_iter_factory()` yields Problems without end, reshuffled
     every epoch; `eval_problems` is a fixed held-out list."""
     if cfg.source == "arithmetic":
-        # LEAD: the synthetic task lives in forge_exp/data/arithmetic.py (another engineer); the call expected is
-        # `build(cfg: DatasetConfig) -> (train_iter_factory, eval_problems)`, reading cfg.digits, cfg.ops,
-        # cfg.eval_size and cfg.seed. Imported lazily so that this module stays light.
-        from forge_exp.data import arithmetic
+        from forge_exp.data.arithmetic import ArithmeticTask
 
-        return arithmetic.build(cfg)
+        task = ArithmeticTask(digits=cfg.digits, ops=cfg.ops, heldout_size=cfg.eval_size)
+        return (lambda: task.train_stream(cfg.seed)), task.heldout()
     from forge_exp.data import hf
 
     return hf.build(cfg, tokenizer)

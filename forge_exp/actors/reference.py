@@ -1,0 +1,35 @@
+"""Reference model service: frozen initial policy; logprobs of responses for the KL term (only when beta > 0)."""
+
+from __future__ import annotations
+
+import torch
+from monarch.actor import Actor, endpoint
+
+from forge_exp.actors.placement import place
+from forge_exp.config.model import ModelConfig, build_model
+from forge_exp.models.logprobs import sequence_logprobs
+from forge_exp.rl.types import TrainBatch
+
+
+class ReferenceModel(Actor):
+    def __init__(self, model: ModelConfig, init_path: str | None, temperature: float, *, devices, threads):
+        self.device = place(devices, threads)
+        if init_path:
+            model = ModelConfig(**{**model.__dict__, "path": init_path})
+        self.model, _ = build_model(model, self.device)
+        self.model.eval().requires_grad_(False)
+        self.temperature = temperature
+
+    @endpoint
+    async def logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """[B, R] logprobs of batch.response_ids under the reference model (0 on padding)."""
+        with torch.no_grad():
+            lp, _ = sequence_logprobs(
+                self.model,
+                batch.prompt_ids.to(self.device),
+                batch.prompt_mask.to(self.device),
+                batch.response_ids.to(self.device),
+                batch.response_mask.to(self.device),
+                self.temperature,
+            )
+        return lp.cpu()

@@ -1,0 +1,26 @@
+"""Replay buffer service: a thin actor around rl.replay.ReplayBuffer."""
+
+from __future__ import annotations
+
+from monarch.actor import Actor, endpoint
+
+from forge_exp.rl.replay import ReplayBuffer
+from forge_exp.rl.types import Episode
+
+
+class ReplayBufferService(Actor):
+    def __init__(self, max_policy_age: int, seed: int, *, devices, threads):
+        self.buffer = ReplayBuffer(max_policy_age=max_policy_age, seed=seed)
+
+    @endpoint
+    async def add(self, episodes: list[Episode]) -> int:
+        self.buffer.add(episodes)
+        return len(self.buffer)
+
+    @endpoint
+    async def sample(self, n: int, policy_version: int) -> list[Episode] | None:
+        return self.buffer.sample(n, policy_version)
+
+    @endpoint
+    async def stats(self) -> dict[str, float]:
+        return {"buffer/size": len(self.buffer), "buffer/evicted": self.buffer.evicted}

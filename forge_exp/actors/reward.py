@@ -1,0 +1,34 @@
+"""Reward workers: score every completion of a group with the configured (weighted) reward functions."""
+
+from __future__ import annotations
+
+from monarch.actor import Actor, endpoint
+
+from forge_exp.config.reward import RewardConfig
+from forge_exp.rewards.combine import build_reward, score_group
+from forge_exp.rl.types import Group
+
+
+class RewardWorker(Actor):
+    def __init__(self, reward: RewardConfig, *, devices, threads):
+        self.reward = build_reward(reward.functions, reward.failure_value)
+        self.accuracy_from = self.reward.names[0]  # by convention the first function listed checks correctness
+
+    @endpoint
+    async def score(self, groups: list[Group]) -> tuple[list[Group], dict[str, float]]:
+        """Fill group.rewards; return the groups and the mean of each reward component."""
+        sums: dict[str, float] = {}
+        count = 0
+        for group in groups:
+            rewards, components, failures = score_group(
+                self.reward, group.problem, [c.text for c in group.completions]
+            )
+            group.rewards = rewards
+            group.components = components
+            group.correct = [c[self.accuracy_from] >= 1.0 for c in components]
+            group.reward_failures = failures
+            for comp in components:
+                for k, v in comp.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+        return groups, {f"reward/{k}": v / max(count, 1) for k, v in sums.items()}

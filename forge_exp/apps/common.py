@@ -1,0 +1,57 @@
+"""Pieces every app shares: held-out evaluation, the cached supervised warm start, metric averaging."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+from dataclasses import asdict
+from pathlib import Path
+
+from forge_exp.rl.types import Problem
+from forge_exp.runtime.services import Service
+
+
+async def evaluate(cfg, generator: Service, reward: Service, problems: list[Problem], step: int) -> dict[str, float]:
+    """Greedy accuracy on the held-out problems; with eval.pass_k > 1 also pass@k at eval.temperature."""
+    out: dict[str, float] = {}
+    groups, _ = await generator.route().generate.call_one(problems, 1, 0.0, 1.0, cfg.dataset.max_new_tokens)
+    groups, _ = await reward.route().score.call_one(groups)
+    out["eval/accuracy"] = statistics.fmean(float(g.correct[0]) for g in groups)
+    out["eval/reward"] = statistics.fmean(g.rewards[0] for g in groups)
+    k = cfg.eval.pass_k
+    if k > 1:
+        groups, _ = await generator.route().generate.call_one(
+            problems, k, cfg.eval.temperature, 1.0, cfg.dataset.max_new_tokens
+        )
+        groups, _ = await reward.route().score.call_one(groups)
+        out[f"eval/pass@{k}"] = statistics.fmean(
+            float(any(g.correct)) for g in groups
+        )
+    return out
+
+
+def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for r in rows for k in r}
+    return {k: statistics.fmean(r[k] for r in rows if k in r) for k in keys}
+
+
+def warm_start_dir(cfg) -> Path:
+    """Cache key: everything that changes the warm-started weights (model, task, warm-start settings, seed)."""
+    key = json.dumps(
+        {"model": asdict(cfg.model), "dataset": asdict(cfg.dataset), "warmstart": asdict(cfg.warmstart),
+         "seed": cfg.seed},
+        sort_keys=True,
+        default=str,
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    root = Path(cfg.warmstart.cache_dir or os.path.join(Path.home(), ".cache", "forge-exp", "warmstart"))
+    return root / f"{cfg.model.name}-{digest}"
+
+
+async def warm_start(cfg, trainer: Service, dataset: Service) -> dict[str, float]:
+    """Supervised warm start of the trainer's weights on the training task, saved to warm_start_dir(cfg)."""
+    ws = cfg.warmstart
+    problems = await dataset.route().sample.call_one(ws.steps * ws.batch_size)
+    return await trainer.route().warm_start.call_one(problems, ws.steps, ws.lr, ws.batch_size, str(warm_start_dir(cfg)))

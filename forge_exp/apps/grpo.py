@@ -1,0 +1,185 @@
+"""GRPO, asynchronous: rollouts and training overlap, off-policy by at most `algorithm.max_policy_age` versions.
+
+    loop over steps:
+        rollouts (concurrently):  prompts → generator (group_size each) → reward workers → advantages, filters
+                                  → [reference logprobs] → replay buffer
+        training:                 replay buffer → trainer.train_step → weights v+1 → every generator replica
+
+The app talks to services through handles (runtime/services.py) and never imports monarch. Building the services
+is `build()`; the algorithm itself is `train()` and `rollouts()` below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from forge_exp.actors.dataset import DatasetService
+from forge_exp.actors.generator import Generator
+from forge_exp.actors.reference import ReferenceModel
+from forge_exp.actors.replay_buffer import ReplayBufferService
+from forge_exp.actors.reward import RewardWorker
+from forge_exp.actors.trainer import Trainer
+from forge_exp.apps.common import evaluate, mean_metrics, warm_start, warm_start_dir
+from forge_exp.data.collate import collate_episodes
+from forge_exp.rl.episodes import to_episodes
+from forge_exp.rl.filters import DynamicSampling
+from forge_exp.rl.types import Group
+from forge_exp.runtime.services import Runtime, Service
+from forge_exp.tracking.mlflow import Tracker
+
+
+@dataclass
+class Handles:
+    dataset: Service
+    generator: Service
+    reward: Service
+    trainer: Service
+    buffer: Service
+    ref_model: Service | None
+    pad_id: int
+    warm_start: dict[str, float]  # metrics of the warm start run by this experiment ({} when cached or none)
+
+
+@dataclass
+class LoopState:
+    """What rollouts and training share. `published` is the newest weight version every generator has."""
+
+    published: int = 0
+    episodes_added: int = 0
+    done: bool = False
+    rollout_metrics: list[dict[str, float]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def build(cfg, runtime: Runtime) -> Handles:
+    dataset = runtime.spawn("dataset", DatasetService, cfg.dataset, cfg.model)
+    init_path, cached, warm = None, False, {}
+    if cfg.warmstart.steps > 0:  # cached: the first run trains and saves it, later runs load it
+        init_path = str(warm_start_dir(cfg))
+        cached = (warm_start_dir(cfg) / "config.json").exists()
+    trainer = runtime.spawn("trainer", Trainer, cfg.model, cfg.algorithm, init_path if cached else None, cfg.seed)
+    if init_path and not cached:
+        warm = await warm_start(cfg, trainer, dataset)
+    generator = runtime.spawn("generator", Generator, cfg.model, init_path, cfg.seed)
+    reward = runtime.spawn("reward", RewardWorker, cfg.reward)
+    buffer = runtime.spawn("replay_buffer", ReplayBufferService, cfg.algorithm.max_policy_age, cfg.seed)
+    ref_model = None
+    if cfg.algorithm.beta > 0:
+        ref_model = runtime.spawn("ref_model", ReferenceModel, cfg.model, init_path, cfg.algorithm.temperature)
+    pad_id = await generator.route().pad_id.call_one()
+    return Handles(dataset, generator, reward, trainer, buffer, ref_model, pad_id, warm)
+
+
+async def rollouts(cfg, h: Handles, state: LoopState) -> None:
+    """Fill the replay buffer. A batch made now is trained at version `batches made so far`; it may start only
+    while that is within max_policy_age of the weights the generators hold."""
+    a = cfg.algorithm
+    batch_episodes = a.prompts_per_step * a.group_size
+    while not state.done:
+        if state.episodes_added // batch_episodes - state.published > a.max_policy_age:
+            await asyncio.sleep(0.002)
+            continue
+        # Dynamic sampling (DAPO): drop groups whose rewards are all equal, refill up to max_sampling_attempts.
+        sampler = DynamicSampling(a.prompts_per_step, a.max_sampling_attempts, enabled=a.dynamic_sampling)
+        seen: list[Group] = []
+        while not sampler.done:
+            problems = await h.dataset.route().sample.call_one(sampler.needed)
+            groups, gen_metrics = await h.generator.route().generate.call_one(
+                problems, a.group_size, a.temperature, a.top_p, cfg.dataset.max_new_tokens
+            )
+            groups, reward_metrics = await h.reward.route().score.call_one(groups)
+            sampler.add(groups)
+            seen += groups
+        groups = sampler.take()
+        if sampler.exhausted:  # rather than stall: top up with the dropped groups (zero advantage)
+            kept = {id(g) for g in groups}
+            groups += [g for g in seen if id(g) not in kept][: sampler.needed]
+        episodes = to_episodes(groups, a.advantage, a.overlong_penalty, cfg.dataset.max_new_tokens, a.overlong_buffer_len)
+        if h.ref_model is not None:
+            ref = await h.ref_model.route().logprobs.call_one(collate_episodes(episodes, h.pad_id))
+            for e, row in zip(episodes, ref):
+                e.ref_logprobs = row[: len(e.completion.token_ids)].tolist()
+        await h.buffer.route().add.call_one(episodes)
+        state.episodes_added += len(episodes)
+        rewards = [r for g in seen for r in g.rewards]
+        state.rollout_metrics.append(
+            {
+                **gen_metrics,
+                **reward_metrics,
+                **sampler.metrics(),
+                "reward/mean": statistics.fmean(rewards),
+                "reward/std": statistics.pstdev(rewards),
+                "reward/failures": sum(g.reward_failures for g in seen),
+                "rollout/accuracy": statistics.fmean(float(c) for g in seen for c in g.correct),
+                "rollout/policy_age": state.published - min(g.policy_version for g in seen),
+            }
+        )
+        g = seen[0]
+        state.samples.append(
+            {"version": g.policy_version, "prompt": g.problem.prompt, "completion": g.completions[0].text,
+             "target": g.problem.target, "reward": g.rewards[0]}
+        )
+
+
+async def train(cfg, h: Handles, tracker: Tracker) -> dict[str, float]:
+    a = cfg.algorithm
+    heldout = await h.dataset.route().eval_problems.call_one()
+    start = await evaluate(cfg, h.generator, h.reward, heldout, step=0)
+    tracker.log_metrics(start, step=0)
+    state = LoopState()
+    rollout_task = asyncio.create_task(rollouts(cfg, h, state))
+    bar = tqdm(total=cfg.steps, desc="grpo", disable=not cfg.progress, dynamic_ncols=True)
+    evals = [start]
+    try:
+        for step in range(1, cfg.steps + 1):
+            t0 = time.perf_counter()
+            while (episodes := await h.buffer.route().sample.call_one(
+                a.prompts_per_step * a.group_size, step - 1
+            )) is None:
+                if rollout_task.done():
+                    rollout_task.result()  # re-raise the rollout failure
+                await asyncio.sleep(0.002)
+            wait = time.perf_counter() - t0
+            batch = collate_episodes(episodes, h.pad_id)
+            metrics = await h.trainer.route().train_step.call_one(batch)
+            sync = await h.trainer.route().push_weights.call_one(h.generator.fanout())
+            state.published = step
+            metrics.update(mean_metrics(state.rollout_metrics))
+            state.rollout_metrics.clear()
+            metrics.update(
+                {
+                    "time/step_seconds": time.perf_counter() - t0,
+                    "time/wait_seconds": wait,
+                    "sync/seconds": sync,
+                    "train/policy_age": float((step - 1 - batch.policy_versions).float().mean()),
+                }
+            )
+            if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
+                evals.append(await evaluate(cfg, h.generator, h.reward, heldout, step=step))
+                metrics.update(evals[-1])
+            tracker.log_metrics(metrics, step=step)
+            if step % 10 == 0:
+                tracker.flush()
+            bar.update(1)
+            bar.set_postfix(
+                reward=f"{metrics.get('reward/mean', float('nan')):.2f}",
+                acc=f"{metrics.get('rollout/accuracy', float('nan')):.2f}",
+                tok_s=f"{metrics.get('generator/tokens_per_s', 0):.0f}",
+            )
+    finally:
+        state.done = True
+        bar.close()
+        await asyncio.gather(rollout_task, return_exceptions=True)
+    end = await evaluate(cfg, h.generator, h.reward, heldout, step=cfg.steps)
+    tracker.log_metrics(end, step=cfg.steps)
+    tracker.log_table(
+        {k: [s[k] for s in state.samples] for k in ("version", "prompt", "completion", "target", "reward")},
+        "samples/completions.json",
+    )
+    return {"eval/accuracy_start": start["eval/accuracy"], "eval/accuracy_end": end["eval/accuracy"]}

@@ -1,0 +1,57 @@
+"""Where each service runs: proc meshes, replicas, GPUs. Never mentions learning rates (STYLE 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SERVICES = ("dataset", "generator", "reward", "ref_model", "trainer", "replay_buffer")
+
+
+@dataclass
+class ServiceSpec:
+    """One service. Services that name the same `mesh` share its processes (colocation)."""
+
+    mesh: str = ""  # proc mesh to live on; "" = a mesh of its own, named after the service
+    procs: int = 1  # processes per replica
+    replicas: int = 1  # independent copies (generators and reward workers scale this way)
+    gpus: int = 0  # GPUs per process: 0 (CPU) or 1
+    threads: int = 1  # torch intra-op threads per process
+
+
+@dataclass
+class ServicesConfig:
+    name: str = "cpu"
+    dataset: ServiceSpec = field(default_factory=lambda: ServiceSpec(mesh="host"))
+    generator: ServiceSpec = field(default_factory=ServiceSpec)
+    reward: ServiceSpec = field(default_factory=lambda: ServiceSpec(mesh="host"))
+    ref_model: ServiceSpec = field(default_factory=lambda: ServiceSpec(mesh="trainer"))
+    trainer: ServiceSpec = field(default_factory=ServiceSpec)
+    replay_buffer: ServiceSpec = field(default_factory=lambda: ServiceSpec(mesh="host"))
+
+    def __post_init__(self) -> None:
+        for name in SERVICES:
+            spec = getattr(self, name)
+            for key in ("procs", "replicas", "threads"):
+                if getattr(spec, key) < 1:
+                    raise ValueError(f"services.{name}.{key} must be >= 1, got {getattr(spec, key)}")
+            if spec.gpus not in (0, 1):
+                raise ValueError(f"services.{name}.gpus must be 0 or 1 (GPUs per process), got {spec.gpus}")
+        for name in ("trainer", "ref_model", "dataset", "replay_buffer"):
+            if getattr(self, name).replicas != 1:
+                raise ValueError(f"services.{name}.replicas must be 1 (only generator and reward replicate)")
+
+
+@dataclass
+class ParallelismConfig:
+    """How one service shards its model. Only `single` (one process, whole model) runs today."""
+
+    name: str = "single"
+    data_parallel_shard: int = 1
+    tensor_parallel: int = 1
+
+    def __post_init__(self) -> None:
+        for key in ("data_parallel_shard", "tensor_parallel"):
+            if getattr(self, key) != 1:
+                raise ValueError(
+                    f"parallelism.{key}={getattr(self, key)} is not supported yet: use parallelism=single"
+                )

@@ -1,0 +1,92 @@
+"""One optimizer step of the policy on a TrainBatch: recompute logprobs, call the loss, accumulate, clip, step.
+
+Pure torch; the Trainer actor calls it. Micro-batches are weighted by their share of the batch's sequences, so with
+token-mean losses and grad_accum > 1 the result is a sequence-weighted mean of per-micro-batch token means (the usual
+approximation, exact when micro-batches hold equal token counts).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from forge_exp.models.logprobs import sequence_logprobs
+from forge_exp.rl.losses import call_loss
+from forge_exp.rl.types import TrainBatch
+
+
+def available_inputs(beta: float) -> set[str]:
+    """What the trainer can hand a loss (by argument name); ref_logprobs exists only when a reference model runs."""
+    names = {"logprobs", "behavior_logprobs", "old_logprobs", "advantages", "padding_mask", "entropy"}
+    return names | ({"ref_logprobs"} if beta > 0 else set())
+
+
+def policy_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: torch.nn.Module,
+    batch: TrainBatch,
+    *,
+    grad_accum: int,
+    max_grad_norm: float,
+    temperature: float,
+    mask_truncated: bool = False,
+) -> dict[str, float]:
+    t0 = time.perf_counter()
+    device = next(model.parameters()).device
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    sums: dict[str, float] = {}
+    tokens = 0
+    for mb in batch.split(grad_accum):
+        mb = _to(mb, device)
+        mask = mb.response_mask
+        if mask_truncated:  # overlong filtering (DAPO): truncated completions carry no gradient
+            mask = mask & ~mb.truncated[:, None]
+        logprobs, entropy = sequence_logprobs(
+            model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask, temperature
+        )
+        inputs = dict(
+            logprobs=logprobs,
+            behavior_logprobs=mb.behavior_logprobs,
+            old_logprobs=mb.behavior_logprobs,
+            advantages=mb.advantages[:, None],
+            padding_mask=mask,
+            entropy=entropy,
+        )
+        if mb.ref_logprobs is not None:
+            inputs["ref_logprobs"] = mb.ref_logprobs
+        loss, metrics = call_loss(loss_fn, **inputs)
+        weight = len(mb) / len(batch)
+        (loss * weight).backward()
+        for k, v in {"loss/total": loss, **metrics}.items():
+            sums[k] = sums.get(k, 0.0) + float(v.detach() if isinstance(v, torch.Tensor) else v) * weight
+        sums["policy/entropy"] = sums.get("policy/entropy", 0.0) + float(
+            (entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
+        ) * weight
+        tokens += int(mb.response_mask.sum()) + int(mb.prompt_mask.sum())
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    if not math.isfinite(float(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        raise FloatingPointError(
+            f"gradient norm is {float(grad_norm)}: the step was skipped so the weights stay finite "
+            f"(check the rewards and algorithm.lr)"
+        )
+    optimizer.step()
+    seconds = time.perf_counter() - t0
+    return {
+        **sums,
+        "train/grad_norm": float(grad_norm),
+        "train/seconds": seconds,
+        "train/tokens_per_s": tokens / max(seconds, 1e-9),
+    }
+
+
+def _to(batch: TrainBatch, device: torch.device) -> TrainBatch:
+    if device.type == "cpu":
+        return batch
+    return TrainBatch(
+        **{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.__dict__.items()}
+    )

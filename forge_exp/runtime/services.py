@@ -1,0 +1,79 @@
+"""Proc meshes from the `services` plan, actors spawned onto them, and replica routing.
+
+One proc mesh per entry of `plan_meshes`, shaped {"replicas": R, "procs": P}. Colocated services spawn onto the
+same mesh (so on `services=single_gpu` the trainer, reference model and generator share one process and one GPU).
+`route()` reaches one replica (round-robin), `fanout()` all of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+from monarch.actor import ProcMesh, this_host
+
+from forge_exp.runtime.layout import MeshPlan
+
+log = logging.getLogger(__name__)
+
+
+class Service:
+    """Handle to one service's actors: `route()` → one replica, `fanout()` → every replica."""
+
+    def __init__(self, name: str, actors: Any, replicas: int):
+        self.name = name
+        self.actors = actors
+        self.replicas = replicas
+        self._next = itertools.cycle(range(replicas))
+
+    def route(self) -> Any:
+        return self.actors.slice(replicas=next(self._next), procs=0)
+
+    def replica(self, i: int) -> Any:
+        return self.actors.slice(replicas=i, procs=0)
+
+    def fanout(self) -> Any:
+        return self.actors
+
+
+class Runtime:
+    """Owns every proc mesh of a run; `stop()` (also via `async with`) ends all of them."""
+
+    def __init__(self, meshes: dict[str, MeshPlan]):
+        self.plans = meshes
+        self.procs: dict[str, ProcMesh] = {}
+
+    def _mesh_for(self, service: str) -> tuple[MeshPlan, ProcMesh]:
+        for plan in self.plans.values():
+            if service in plan.services:
+                if plan.name not in self.procs:
+                    self.procs[plan.name] = this_host().spawn_procs(
+                        per_host={"replicas": plan.replicas, "procs": plan.procs}, name=plan.name
+                    )
+                return plan, self.procs[plan.name]
+        raise KeyError(f"service '{service}' is not in the services layout")
+
+    def spawn(self, service: str, actor_cls: type, *args: Any, **kwargs: Any) -> Service:
+        """Spawn `actor_cls` on the service's mesh. The actor receives `devices` ([replica][proc] → device string)
+        and `threads` as keyword arguments so it can place itself."""
+        plan, procs = self._mesh_for(service)
+        actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
+        return Service(service, actors, plan.replicas)
+
+    async def stop(self) -> None:
+        errors = []
+        for name, procs in list(self.procs.items()):
+            try:
+                await procs.stop()
+            except Exception as e:  # keep stopping the others
+                errors.append(f"{name}: {e}")
+            self.procs.pop(name, None)
+        if errors:
+            log.warning("errors while stopping proc meshes: %s", "; ".join(errors))
+
+    async def __aenter__(self) -> "Runtime":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()

@@ -1,0 +1,154 @@
+"""MLflow logging for one experiment run: params from the flattened config, batched metrics, artifacts.
+
+Only apps/ and cli.py use this module. Metrics are buffered and sent with `log_batch`: a single `log_metric` call
+costs ~20 ms on a sqlite store, which would dominate a fast CPU step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
+BATCH = 900  # metrics per log_batch call (MLflow accepts up to 1000)
+
+
+def default_tracking_uri(root: str | os.PathLike | None = None) -> str:
+    """MLFLOW_TRACKING_URI if set, else a sqlite store under ./mlruns of the directory the user ran from."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    root = Path(root or os.getcwd()) / "mlruns"
+    return f"sqlite:///{root.resolve()}/mlflow.db"
+
+
+def ensure_store(uri: str) -> None:
+    """Create a local store once, before any worker logs: several processes creating a fresh sqlite store at once
+    corrupt it. Opening the client creates and migrates the tables."""
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    MlflowClient(uri).search_experiments(max_results=1)
+
+
+def _artifact_root(uri: str) -> str | None:
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///") :]).parent / "artifacts").resolve().as_uri()
+    return None
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists keep their index as a key part."""
+    out: dict[str, Any] = {}
+    items = d.items() if isinstance(d, Mapping) else enumerate(d)
+    for k, v in items:
+        key = f"{prefix}{k}"
+        if isinstance(v, (Mapping, list, tuple)) and len(v) > 0:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+class Tracker:
+    """One MLflow run. Use as a context manager so the run is marked FAILED/KILLED when the app raises."""
+
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        run_name: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+    ):
+        ensure_store(uri)
+        self.uri = uri
+        self.client = MlflowClient(uri)
+        exp = self.client.get_experiment_by_name(experiment)
+        if exp is None:
+            exp_id = self.client.create_experiment(experiment, artifact_location=_artifact_root(uri))
+        else:
+            exp_id = exp.experiment_id
+        self.experiment_id = exp_id
+        all_tags = dict(tags or {})
+        if parent_run_id:
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        if run_id is None:
+            run = self.client.create_run(exp_id, run_name=run_name, tags=all_tags)
+            run_id = run.info.run_id
+        else:  # resuming: same run, more steps
+            self.client.update_run(run_id, status="RUNNING")
+            self.set_tags(all_tags)
+        self.run_id = run_id
+        self._metrics: list[Metric] = []
+
+    # --- params / tags -------------------------------------------------------------------------------------
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        existing = self.client.get_run(self.run_id).data.params
+        items = [
+            Param(k, str(v)[:MAX_PARAM_LEN])
+            for k, v in flatten(params).items()
+            if k not in existing
+        ]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[i : i + 100])
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        if tags:
+            self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    # --- metrics -------------------------------------------------------------------------------------------
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Buffered; sent by flush() (called by the app every few steps and at the end)."""
+        ts = int(time.time() * 1000)
+        for k, v in metrics.items():
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                continue
+            self._metrics.append(Metric(k, v, ts, step))
+        if len(self._metrics) >= BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        while self._metrics:
+            chunk, self._metrics = self._metrics[:BATCH], self._metrics[BATCH:]
+            self.client.log_batch(self.run_id, metrics=chunk)
+
+    # --- artifacts -----------------------------------------------------------------------------------------
+    def log_text(self, text: str, path: str) -> None:
+        self.client.log_text(self.run_id, text, path)
+
+    def log_table(self, columns: Mapping[str, list], path: str) -> None:
+        self.client.log_table(self.run_id, data=dict(columns), artifact_file=path)
+
+    def log_artifacts(self, local_dir: str, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(self.run_id, local_dir, artifact_path)
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+    def close(self, status: str = "FINISHED") -> None:
+        self.flush()
+        self.client.set_terminated(self.run_id, status=status)
+
+    def __enter__(self) -> "Tracker":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close("FINISHED")
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.close("KILLED")
+        else:
+            self.close("FAILED")
+
+    def ui_command(self) -> str:
+        if self.uri.startswith(("http://", "https://")):
+            return f"open {self.uri}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return f"mlflow ui --backend-store-uri {self.uri}"

@@ -1,0 +1,114 @@
+"""The real `forge-exp` CLI, end to end: Monarch proc meshes, GRPO, a real MLflow store. And no process left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import ROOT
+
+SHORT = ["steps=12", "warmstart.steps=40", "dataset.eval_size=200", "progress=false"]
+
+
+def cli(tmp_path, *args: str) -> list[str]:
+    return [
+        sys.executable, "-m", "forge_exp.cli", *args,
+        f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/mlruns/mlflow.db",
+        f"warmstart.cache_dir={tmp_path}/cache",
+    ]
+
+
+def descendants_alive(pids: set[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def run_watching(cmd: list[str], timeout: float, interrupt_after: float | None = None):
+    """Run cmd, remembering every descendant process it ever had; optionally Ctrl-C it after some seconds."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # actor processes import tests.e2e.boom
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen: set[int] = set()
+    start = time.time()
+    interrupted = False
+    while proc.poll() is None:
+        try:
+            seen |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            break
+        if interrupt_after is not None and not interrupted and time.time() - start > interrupt_after and len(seen) >= 3:
+            proc.send_signal(signal.SIGINT)
+            interrupted = True
+        if time.time() - start > timeout:
+            proc.kill()
+            pytest.fail(f"{cmd} did not finish in {timeout}s")
+        time.sleep(0.2)
+    out, err = proc.communicate()
+    return proc.returncode, out, err, seen
+
+
+def test_default_experiment_learns_and_lands_in_mlflow(tmp_path):
+    code, out, err, seen = run_watching(cli(tmp_path, *SHORT), timeout=400)
+    assert code == 0, err[-3000:]
+    assert len(seen) >= 3, "expected Monarch proc meshes for the services"
+    time.sleep(1.0)
+    assert descendants_alive(seen) == [], "processes left behind after a successful run"
+    assert "mlflow ui --backend-store-uri" in out
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    (exp,) = [e for e in client.search_experiments() if e.name == "forge-exp"]
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.info.status == "FINISHED"
+    params = run.data.params
+    assert params["algorithm.name"] == "grpo" and params["model.name"] == "tiny" and params["steps"] == "12"
+    for key in ("reward/mean", "reward/std", "rollout/accuracy", "loss/total", "loss/clip_frac_high",
+                "policy/entropy", "generator/tokens_per_s", "time/step_seconds", "sync/seconds",
+                "train/policy_age", "eval/accuracy"):
+        assert key in run.data.metrics, key
+    rewards = [m.value for m in client.get_metric_history(run.info.run_id, "reward/mean")]
+    assert len(rewards) == 12
+    evals = sorted(client.get_metric_history(run.info.run_id, "eval/accuracy"), key=lambda m: m.step)
+    assert [m.step for m in evals] == [0, 12]
+    assert sum(rewards[-4:]) / 4 > sum(rewards[:4]) / 4, f"reward did not rise: {rewards}"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "config")} | {
+        a.path for a in client.list_artifacts(run.info.run_id, "samples")
+    }
+    assert artifacts == {"config/resolved.yaml", "samples/completions.json"}
+
+
+def test_ctrl_c_stops_every_process(tmp_path):
+    code, out, err, seen = run_watching(cli(tmp_path, "steps=500", "progress=false"), timeout=200, interrupt_after=8)
+    assert code != 0
+    assert len(seen) >= 3
+    time.sleep(1.0)
+    assert descendants_alive(seen) == [], f"orphans after Ctrl-C: {descendants_alive(seen)}"
+
+
+def test_a_failing_service_stops_every_process(tmp_path):
+    """The trainer's loss raises at the first step, inside its actor: the run fails with that error and every proc
+    mesh is stopped."""
+    code, out, err, seen = run_watching(
+        cli(tmp_path, *SHORT, "algorithm.loss._target_=tests.e2e.boom.BoomLoss"), timeout=300
+    )
+    assert code != 0
+    assert "boom at step 1" in err
+    assert len(seen) >= 3
+    time.sleep(1.0)
+    assert descendants_alive(seen) == [], f"orphans after a failure: {descendants_alive(seen)}"
+    run = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db").search_runs(
+        [e.experiment_id for e in MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db").search_experiments()]
+    )[0]
+    assert run.info.status == "FAILED"

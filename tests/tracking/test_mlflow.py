@@ -1,0 +1,59 @@
+"""The tracker against a real local MLflow store."""
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from forge_exp.tracking.mlflow import Tracker, default_tracking_uri, flatten
+
+
+def test_flatten_gives_dotted_keys():
+    assert flatten({"algorithm": {"beta": 0.04, "loss": {"_target_": "x.Y"}}, "steps": 3, "l": [1, {"a": 2}]}) == {
+        "algorithm.beta": 0.04, "algorithm.loss._target_": "x.Y", "steps": 3, "l.0": 1, "l.1.a": 2,
+    }
+
+
+def test_default_uri_is_a_sqlite_store_under_mlruns(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert default_tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlruns/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    assert default_tracking_uri(tmp_path) == "http://127.0.0.1:5999"
+
+
+def test_run_holds_params_batched_metrics_and_artifacts(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    with Tracker(uri, "exp", run_name="r", tags={"k": "v"}) as t:
+        t.log_params({"algorithm": {"beta": 0.04}, "steps": 5})
+        for step in range(1200):  # more than one log_batch call
+            t.log_metrics({"reward/mean": step / 1200, "not/a/number": "x"}, step=step)
+        t.log_text("a: 1\n", "config/resolved.yaml")
+        t.log_table({"prompt": ["1+1="], "completion": ["2"], "reward": [1.0]}, "samples/completions.json")
+    client = MlflowClient(uri)
+    run = client.get_run(t.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"algorithm.beta": "0.04", "steps": "5"}
+    assert run.data.tags["k"] == "v"
+    history = client.get_metric_history(t.run_id, "reward/mean")
+    assert len(history) == 1200 and history[-1].value == pytest.approx(1199 / 1200)
+    assert "not/a/number" not in run.data.metrics
+    paths = {a.path for a in client.list_artifacts(t.run_id, "config")} | {
+        a.path for a in client.list_artifacts(t.run_id, "samples")
+    }
+    assert paths == {"config/resolved.yaml", "samples/completions.json"}
+
+
+def test_failed_app_marks_the_run_failed_and_keeps_what_was_logged(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with pytest.raises(RuntimeError):
+        with Tracker(uri, "exp") as t:
+            t.log_metrics({"loss": 1.0}, step=1)
+            raise RuntimeError("boom")
+    run = MlflowClient(uri).get_run(t.run_id)
+    assert run.info.status == "FAILED" and run.data.metrics["loss"] == 1.0
+
+
+def test_child_run_points_at_its_parent(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with Tracker(uri, "exp", run_name="sweep") as parent:
+        with Tracker(uri, "exp", parent_run_id=parent.run_id) as child:
+            pass
+    assert MlflowClient(uri).get_run(child.run_id).data.tags["mlflow.parentRunId"] == parent.run_id

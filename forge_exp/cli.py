@@ -30,10 +30,14 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(2)
 
     from forge_exp.apps import run_app  # imports monarch: only after the config is known to be good
+    from forge_exp.apps.checkpoint import latest
     from forge_exp.runtime.layout import needed_services, plan_meshes
     from forge_exp.runtime.services import Runtime
     from forge_exp.tracking.mlflow import Tracker, default_tracking_uri
 
+    config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
+    config.checkpoint.dir = config.checkpoint.dir or os.path.join(config.output_dir, "checkpoints")
+    resume = latest(config.checkpoint.dir) if config.resume else None
     resolved = OmegaConf.to_container(cfg, resolve=True)
     tracker = Tracker(
         config.tracking.uri or default_tracking_uri(),
@@ -41,20 +45,25 @@ def main(cfg: DictConfig) -> float | None:
         run_name=config.tracking.run_name or config.name,
         tags=_run_tags(),
         parent_run_id=config.tracking.parent_run_id,
+        run_id=resume.run_id if resume else None,
+        hold=config.checkpoint.every > 0,
     )
+    if resume and not resume.flushed:  # the run died between writing the checkpoint and logging its metrics
+        tracker.send(resume.pending_metrics)
+        resume.mark_flushed()
     with tracker:
         tracker.log_params(resolved)
         tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")
         runtime = Runtime(plan_meshes(config.services, needed_services(config.algorithm.beta)))
-        summary = asyncio.run(_run(run_app, config, runtime, tracker))
+        summary = asyncio.run(_run(run_app, config, runtime, tracker, resume))
         tracker.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=config.steps)
     _print_summary(summary, tracker, time.time() - t0)
     return summary.get("eval/accuracy_end")
 
 
-async def _run(run_app, config, runtime, tracker) -> dict[str, float]:
+async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
     async with runtime:  # every proc mesh is stopped on success, error and Ctrl-C
-        return await run_app(config, runtime, tracker)
+        return await run_app(config, runtime, tracker, resume)
 
 
 def _run_tags() -> dict[str, str]:

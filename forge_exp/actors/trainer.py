@@ -10,7 +10,7 @@ from monarch.actor import Actor, endpoint
 from forge_exp.actors.placement import place
 from forge_exp.config.algorithm import AlgorithmConfig, build_loss
 from forge_exp.config.model import ModelConfig, build_model
-from forge_exp.models.checkpoint import save_hf_checkpoint
+from forge_exp.models.checkpoint import OPTIMIZER, save_hf_checkpoint
 from forge_exp.models.warmstart import warmstart
 from forge_exp.rl.losses import check_loss_inputs
 from forge_exp.rl.types import TrainBatch
@@ -19,7 +19,15 @@ from forge_exp.rl.update import available_inputs, policy_update
 
 class Trainer(Actor):
     def __init__(
-        self, model: ModelConfig, algorithm: AlgorithmConfig, init_path: str | None, seed: int, *, devices, threads
+        self,
+        model: ModelConfig,
+        algorithm: AlgorithmConfig,
+        init_path: str | None,
+        seed: int,
+        resume_step: int = 0,
+        *,
+        devices,
+        threads,
     ):
         self.device = place(devices, threads, seed)
         if init_path:
@@ -31,7 +39,9 @@ class Trainer(Actor):
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=algorithm.lr, weight_decay=algorithm.weight_decay, betas=(0.9, 0.99)
         )
-        self.version = 0
+        self.version = resume_step
+        if resume_step:  # init_path is the checkpoint: restore the optimizer too
+            self.optimizer.load_state_dict(torch.load(f"{init_path}/{OPTIMIZER}", map_location=self.device))
 
     @endpoint
     async def train_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -66,5 +76,6 @@ class Trainer(Actor):
         return {**metrics, "warmstart/seconds": time.perf_counter() - t0}
 
     @endpoint
-    async def save(self, directory: str) -> str:
-        return str(save_hf_checkpoint(self.model, self.tokenizer, directory))
+    async def save(self, directory: str, metadata: dict | None = None) -> str:
+        """HF-format weights + tokenizer (+ optimizer state and metadata files), written atomically."""
+        return str(save_hf_checkpoint(self.model, self.tokenizer, directory, metadata, optimizer=self.optimizer))

@@ -25,6 +25,7 @@ from forge_exp.actors.reference import ReferenceModel
 from forge_exp.actors.replay_buffer import ReplayBufferService
 from forge_exp.actors.reward import RewardWorker
 from forge_exp.actors.trainer import Trainer
+from forge_exp.apps.checkpoint import FLUSHED, ResumeState, prune, state_metadata, step_dir
 from forge_exp.apps.common import evaluate, mean_metrics, warm_start, warm_start_dir
 from forge_exp.data.collate import collate_episodes
 from forge_exp.rl.episodes import to_episodes
@@ -57,13 +58,18 @@ class LoopState:
     samples: list[dict[str, Any]] = field(default_factory=list)
 
 
-async def build(cfg, runtime: Runtime) -> Handles:
+async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Handles:
     dataset = runtime.spawn("dataset", DatasetService, cfg.dataset, cfg.model)
     init_path, cached, warm = None, False, {}
-    if cfg.warmstart.steps > 0:  # cached: the first run trains and saves it, later runs load it
+    if resume:  # weights, optimizer and version from the checkpoint
+        init_path, cached = str(resume.path), True
+    elif cfg.warmstart.steps > 0:  # cached: the first run trains and saves it, later runs load it
         init_path = str(warm_start_dir(cfg))
         cached = (warm_start_dir(cfg) / "config.json").exists()
-    trainer = runtime.spawn("trainer", Trainer, cfg.model, cfg.algorithm, init_path if cached else None, cfg.seed)
+    trainer = runtime.spawn(
+        "trainer", Trainer, cfg.model, cfg.algorithm, init_path if cached else None, cfg.seed,
+        resume_step=resume.step if resume else 0,
+    )
     if init_path and not cached:
         warm = await warm_start(cfg, trainer, dataset)
     generator = runtime.spawn("generator", Generator, cfg.model, init_path, cfg.seed)
@@ -72,6 +78,7 @@ async def build(cfg, runtime: Runtime) -> Handles:
     ref_model = None
     if cfg.algorithm.beta > 0:
         ref_model = runtime.spawn("ref_model", ReferenceModel, cfg.model, init_path, cfg.algorithm.temperature)
+    await trainer.route().push_weights.call_one(generator.fanout())  # generators start at the trainer's version
     pad_id = await generator.route().pad_id.call_one()
     return Handles(dataset, generator, reward, trainer, buffer, ref_model, pad_id, warm)
 
@@ -127,17 +134,20 @@ async def rollouts(cfg, h: Handles, state: LoopState) -> None:
         )
 
 
-async def train(cfg, h: Handles, tracker: Tracker) -> dict[str, float]:
+async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = None) -> dict[str, float]:
     a = cfg.algorithm
     heldout = await h.dataset.route().eval_problems.call_one()
-    start = await evaluate(cfg, h.generator, h.reward, heldout, step=0)
-    tracker.log_metrics(start, step=0)
-    state = LoopState()
+    first = resume.step + 1 if resume else 1
+    if resume:
+        start = {"eval/accuracy": tracker.metric_at("eval/accuracy", step=0)}
+    else:
+        start = await evaluate(cfg, h.generator, h.reward, heldout, step=0)
+        tracker.log_metrics(start, step=0)
+    state = LoopState(published=first - 1, episodes_added=(first - 1) * a.prompts_per_step * a.group_size)
     rollout_task = asyncio.create_task(rollouts(cfg, h, state))
-    bar = tqdm(total=cfg.steps, desc="grpo", disable=not cfg.progress, dynamic_ncols=True)
-    evals = [start]
+    bar = tqdm(total=cfg.steps, initial=first - 1, desc="grpo", disable=not cfg.progress, dynamic_ncols=True)
     try:
-        for step in range(1, cfg.steps + 1):
+        for step in range(first, cfg.steps + 1):
             t0 = time.perf_counter()
             while (episodes := await h.buffer.route().sample.call_one(
                 a.prompts_per_step * a.group_size, step - 1
@@ -161,11 +171,12 @@ async def train(cfg, h: Handles, tracker: Tracker) -> dict[str, float]:
                 }
             )
             if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
-                evals.append(await evaluate(cfg, h.generator, h.reward, heldout, step=step))
-                metrics.update(evals[-1])
+                metrics.update(await evaluate(cfg, h.generator, h.reward, heldout, step=step))
             tracker.log_metrics(metrics, step=step)
             if step % 10 == 0:
                 tracker.flush()
+            if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
+                await save_checkpoint(cfg, h.trainer, tracker, step)
             bar.update(1)
             bar.set_postfix(
                 reward=f"{metrics.get('reward/mean', float('nan')):.2f}",
@@ -183,3 +194,13 @@ async def train(cfg, h: Handles, tracker: Tracker) -> dict[str, float]:
         "samples/completions.json",
     )
     return {"eval/accuracy_start": start["eval/accuracy"], "eval/accuracy_end": end["eval/accuracy"]}
+
+
+async def save_checkpoint(cfg, trainer: Service, tracker: Tracker, step: int) -> None:
+    """Weights + optimizer + the metrics since the last checkpoint; the metrics go to MLflow once it is on disk."""
+    pending = tracker.take_pending()
+    path = step_dir(cfg.checkpoint.dir, step)
+    await trainer.route().save.call_one(str(path), state_metadata(step, tracker.run_id, pending))
+    tracker.send(pending)
+    (path / FLUSHED).touch()
+    prune(cfg.checkpoint.dir, cfg.checkpoint.keep)

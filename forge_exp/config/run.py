@@ -41,6 +41,17 @@ class EvalConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    every: int = 0  # steps between training checkpoints (weights + optimizer + step); 0 = none
+    dir: Optional[str] = None  # default: <run output dir>/checkpoints
+    keep: int = 2  # newest checkpoints kept
+
+    def __post_init__(self) -> None:
+        _at_least("checkpoint.every", self.every, 0)
+        _at_least("checkpoint.keep", self.keep, 1)
+
+
+@dataclass
 class TrackingConfig:
     uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite under ./mlruns
     experiment: str = "forge-exp"
@@ -65,6 +76,8 @@ class ForgeConfig:
     warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: bool = False  # continue from the newest checkpoint in checkpoint.dir, into the same MLflow run
 
     def __post_init__(self) -> None:
         _at_least("steps", self.steps, 1)

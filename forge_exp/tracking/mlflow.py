@@ -67,7 +67,10 @@ class Tracker:
         tags: Mapping[str, str] | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
+        hold: bool = False,
     ):
+        """hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once the checkpoint
+        that covers their steps is on disk, so a resumed run logs no step twice."""
         ensure_store(uri)
         self.uri = uri
         self.client = MlflowClient(uri)
@@ -85,8 +88,9 @@ class Tracker:
             run_id = run.info.run_id
         else:  # resuming: same run, more steps
             self.client.update_run(run_id, status="RUNNING")
-            self.set_tags(all_tags)
+            self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
         self.run_id = run_id
+        self.hold = hold
         self._metrics: list[Metric] = []
 
     # --- params / tags -------------------------------------------------------------------------------------
@@ -106,7 +110,7 @@ class Tracker:
 
     # --- metrics -------------------------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Buffered; sent by flush() (called by the app every few steps and at the end)."""
+        """Buffered; sent by flush() (called by the app every few steps and at the end) or, in hold mode, commit()."""
         ts = int(time.time() * 1000)
         for k, v in metrics.items():
             try:
@@ -114,13 +118,31 @@ class Tracker:
             except (TypeError, ValueError):
                 continue
             self._metrics.append(Metric(k, v, ts, step))
-        if len(self._metrics) >= BATCH:
+        if len(self._metrics) >= BATCH and not self.hold:
             self.flush()
 
     def flush(self) -> None:
-        while self._metrics:
-            chunk, self._metrics = self._metrics[:BATCH], self._metrics[BATCH:]
-            self.client.log_batch(self.run_id, metrics=chunk)
+        if not self.hold:
+            self.commit()
+
+    def take_pending(self) -> list[tuple[str, float, int, int]]:
+        """The buffered metrics as plain (key, value, timestamp, step) rows, removed from the buffer."""
+        rows = [(m.key, m.value, m.timestamp, m.step) for m in self._metrics]
+        self._metrics = []
+        return rows
+
+    def send(self, rows: list[tuple[str, float, int, int]]) -> None:
+        metrics = [Metric(*row) for row in rows]
+        for i in range(0, len(metrics), BATCH):
+            self.client.log_batch(self.run_id, metrics=metrics[i : i + BATCH])
+
+    def commit(self) -> None:
+        self.send(self.take_pending())
+
+    def metric_at(self, key: str, step: int) -> float:
+        """A logged value (e.g. the start-of-run evaluation, read back when resuming); NaN if absent."""
+        values = [m.value for m in self.client.get_metric_history(self.run_id, key) if m.step == step]
+        return values[-1] if values else float("nan")
 
     # --- artifacts -----------------------------------------------------------------------------------------
     def log_text(self, text: str, path: str) -> None:
@@ -134,7 +156,8 @@ class Tracker:
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def close(self, status: str = "FINISHED") -> None:
-        self.flush()
+        if status == "FINISHED" or not self.hold:  # held metrics of a failed run would be logged again on resume
+            self.commit()
         self.client.set_terminated(self.run_id, status=status)
 
     def __enter__(self) -> "Tracker":

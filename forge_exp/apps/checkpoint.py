@@ -63,3 +63,13 @@ def prune(root: str | Path, keep: int) -> None:
     done = sorted((p for p in Path(root).glob("step_*") if (p / STATE).is_file()), key=lambda p: int(p.name[5:]))
     for old in done[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
+
+
+async def save_checkpoint(cfg, trainer, tracker, step: int) -> None:
+    """Weights + optimizer + the metrics since the last checkpoint; the metrics go to MLflow once it is on disk."""
+    pending = tracker.take_pending()
+    path = step_dir(cfg.checkpoint.dir, step)
+    await trainer.route().save.call_one(str(path), state_metadata(step, tracker.run_id, pending))
+    tracker.send(pending)
+    (path / FLUSHED).touch()
+    prune(cfg.checkpoint.dir, cfg.checkpoint.keep)

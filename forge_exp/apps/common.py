@@ -26,7 +26,7 @@ async def evaluate(cfg, generator: Service, reward: Service, problems: list[Prob
             problems, k, cfg.eval.temperature, 1.0, cfg.dataset.max_new_tokens
         )
         groups, _ = await reward.route().score.call_one(groups)
-        out[f"eval/pass@{k}"] = statistics.fmean(
+        out[f"eval/pass_at_{k}"] = statistics.fmean(  # pass@k; MLflow refuses '@' in a metric name
             float(any(g.correct)) for g in groups
         )
     return out
@@ -50,8 +50,13 @@ def warm_start_dir(cfg) -> Path:
     return root / f"{cfg.model.name}-{digest}"
 
 
+def wants_warm_start(cfg) -> bool:
+    """Only a randomly initialised model needs one (see config.run.WarmstartConfig)."""
+    return cfg.warmstart.steps > 0 and cfg.model.source == "tiny" and not cfg.model.path
+
+
 async def warm_start(cfg, trainer: Service, dataset: Service) -> dict[str, float]:
     """Supervised warm start of the trainer's weights on the training task, saved to warm_start_dir(cfg)."""
     ws = cfg.warmstart
     problems = await dataset.route().sample.call_one(ws.steps * ws.batch_size)
-    return await trainer.route().warm_start.call_one(problems, ws.steps, ws.lr, ws.batch_size, str(warm_start_dir(cfg)))
+    return await trainer.route().warm_start.call_one(problems, ws, str(warm_start_dir(cfg)))

@@ -25,8 +25,8 @@ from forge_exp.actors.reference import ReferenceModel
 from forge_exp.actors.replay_buffer import ReplayBufferService
 from forge_exp.actors.reward import RewardWorker
 from forge_exp.actors.trainer import Trainer
-from forge_exp.apps.checkpoint import FLUSHED, ResumeState, prune, state_metadata, step_dir
-from forge_exp.apps.common import evaluate, mean_metrics, warm_start, warm_start_dir
+from forge_exp.apps.checkpoint import ResumeState, save_checkpoint
+from forge_exp.apps.common import evaluate, mean_metrics, wants_warm_start, warm_start, warm_start_dir
 from forge_exp.data.collate import collate_episodes
 from forge_exp.rl.episodes import to_episodes
 from forge_exp.rl.filters import DynamicSampling
@@ -63,7 +63,7 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     init_path, cached, warm = None, False, {}
     if resume:  # weights, optimizer and version from the checkpoint
         init_path, cached = str(resume.path), True
-    elif cfg.warmstart.steps > 0:  # cached: the first run trains and saves it, later runs load it
+    elif wants_warm_start(cfg):  # cached: the first run trains and saves it, later runs load it
         init_path = str(warm_start_dir(cfg))
         cached = (warm_start_dir(cfg) / "config.json").exists()
     trainer = runtime.spawn(
@@ -195,12 +195,3 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
     )
     return {"eval/accuracy_start": start["eval/accuracy"], "eval/accuracy_end": end["eval/accuracy"]}
 
-
-async def save_checkpoint(cfg, trainer: Service, tracker: Tracker, step: int) -> None:
-    """Weights + optimizer + the metrics since the last checkpoint; the metrics go to MLflow once it is on disk."""
-    pending = tracker.take_pending()
-    path = step_dir(cfg.checkpoint.dir, step)
-    await trainer.route().save.call_one(str(path), state_metadata(step, tracker.run_id, pending))
-    tracker.send(pending)
-    (path / FLUSHED).touch()
-    prune(cfg.checkpoint.dir, cfg.checkpoint.keep)

@@ -15,11 +15,14 @@ from forge_exp.config.services import ParallelismConfig, ServicesConfig
 
 @dataclass
 class WarmstartConfig:
-    """Supervised steps on the task before RL (cached by a hash of model, dataset and these settings)."""
+    """Supervised steps on the task before RL, for a randomly initialised model (model.source=tiny without
+    model.path) that could not otherwise earn any reward; pretrained models start RL as they are. Cached by a hash of
+    model, dataset and these settings, so a second run starts from it."""
 
-    steps: int = 0  # 0 = start RL from the model as it is
-    lr: float = 3e-3
+    steps: int = 0  # step budget; 0 = no warm start
+    lr: float = 1e-3
     batch_size: int = 64
+    target_accuracy: Optional[float] = None  # stop once this fraction of training answers is exact (leaves RL room)
     cache_dir: Optional[str] = None  # default ~/.cache/forge-exp/warmstart
 
     def __post_init__(self) -> None:
@@ -27,6 +30,8 @@ class WarmstartConfig:
         _at_least("warmstart.batch_size", self.batch_size, 1)
         if not self.lr > 0:
             raise ValueError(f"warmstart.lr must be > 0, got {self.lr}")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"warmstart.target_accuracy must be in (0, 1] or null, got {self.target_accuracy}")
 
 
 @dataclass

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from forge_exp.models.generate import left_pad
 from forge_exp.rl.types import Episode, TrainBatch
-
-
-def pad_left(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r) :] = True
-    return ids, mask
 
 
 def pad_right(rows: list[list], pad, dtype=torch.long) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,7 +21,7 @@ def pad_right(rows: list[list], pad, dtype=torch.long) -> tuple[torch.Tensor, to
 
 def collate_episodes(episodes: list[Episode], pad_id: int) -> TrainBatch:
     completions = [e.completion for e in episodes]
-    prompt_ids, prompt_mask = pad_left([c.prompt_ids for c in completions], pad_id)
+    prompt_ids, prompt_mask = left_pad([c.prompt_ids for c in completions], pad_id)
     response_ids, response_mask = pad_right([c.token_ids for c in completions], pad_id)
     behavior, _ = pad_right([c.logprobs for c in completions], 0.0, dtype=torch.float32)
     ref = None

@@ -1,0 +1,65 @@
+"""HF-format checkpoints: safetensors weights + config.json + tokenizer files in one directory.
+
+A directory written here loads with plain `transformers.AutoModelForCausalLM.from_pretrained(dir)` and
+`AutoTokenizer.from_pretrained(dir)`, and as `model.path=<dir>` in any experiment.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from forge_exp.models.hf import load_causal_lm, load_tokenizer
+
+OPTIMIZER = "optimizer.pt"  # optimizer state_dict (torch.save) beside the weights, for resuming training
+
+
+def save_hf_checkpoint(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    directory: str | Path,
+    metadata: dict[str, Any] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Path:
+    """Write model (safetensors) and tokenizer to `directory`, replacing what was there; return the path.
+    `metadata` maps extra file names to JSON-able objects written alongside (e.g. the metrics that produced it);
+    `optimizer`, when given, is saved as OPTIMIZER so that training can resume.
+
+    Written to a temporary sibling first and renamed into place, so a reader never sees a half-written checkpoint.
+    If another process finishes the same directory first, its copy is kept.
+    """
+    directory = Path(directory).expanduser().resolve()
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a checkpoint is read by other processes and users
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        for name, obj in (metadata or {}).items():
+            (tmp / name).write_text(json.dumps(obj, indent=2, sort_keys=True))
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), tmp / OPTIMIZER)
+        if directory.exists():
+            shutil.rmtree(directory)
+        try:
+            tmp.rename(directory)
+        except OSError:
+            if not (directory / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def load_hf_checkpoint(
+    directory: str | Path, dtype: str = "float32", attn_implementation: str = "sdpa"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load `(model, tokenizer)` from a directory written by `save_hf_checkpoint` (or any local HF model dir)."""
+    path = str(Path(directory).expanduser())
+    return load_causal_lm(path, dtype=dtype, attn_implementation=attn_implementation), load_tokenizer(path)

@@ -1,0 +1,52 @@
+"""HF-format checkpoints: save → plain transformers load → identical logits; metadata, optimizer, overwrite."""
+
+import json
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from forge_exp.config.model import ModelConfig, build_model
+from forge_exp.models.checkpoint import OPTIMIZER, load_hf_checkpoint, save_hf_checkpoint
+
+
+def small():
+    return build_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
+                                   intermediate_size=64, seed=3))
+
+
+def test_reload_with_plain_transformers_gives_identical_logits(tmp_path):
+    model, tok = small()
+    path = save_hf_checkpoint(model, tok, tmp_path / "ckpt")
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in path.iterdir()}
+    again = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    tok2 = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    ids = torch.tensor([tok2("37+48=")["input_ids"], tok2("905*1=")["input_ids"]])
+    assert ids.tolist() == [tok("37+48=")["input_ids"], tok("905*1=")["input_ids"]]
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, again(ids).logits)
+    loaded, _ = load_hf_checkpoint(path)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, loaded(ids).logits)
+    from_config, _ = build_model(ModelConfig(path=str(path)))  # model.path=<dir> takes the same route
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, from_config(ids).logits)
+
+
+def test_metadata_optimizer_and_overwrite(tmp_path):
+    model, tok = small()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.tensor([[2, 5, 6]])).logits.sum().backward()
+    opt.step()
+    target = tmp_path / "step_1"
+    save_hf_checkpoint(model, tok, target, {"state.json": {"step": 1}}, optimizer=opt)
+    assert json.loads((target / "state.json").read_text()) == {"step": 1}
+    state = torch.load(target / OPTIMIZER)
+    assert state["state"][0]["exp_avg"].shape == next(model.parameters()).shape
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    save_hf_checkpoint(model, tok, target)  # replaces the directory
+    assert not (target / "state.json").exists() and not (target / OPTIMIZER).exists()
+    again, _ = load_hf_checkpoint(target)
+    assert torch.equal(again.model.embed_tokens.weight, model.model.embed_tokens.weight)
+    assert [p.name for p in tmp_path.iterdir()] == ["step_1"]  # no temporary directories left behind

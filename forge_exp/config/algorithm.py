@@ -62,6 +62,11 @@ class AlgorithmConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_policy_age: int = 1  # rollouts may be this many weight versions behind the trainer; 0 = on-policy
+    # --- SFT (algorithm=sft: apps/sft.py, data/sft.py; the GRPO family ignores these)
+    batch_size: int = 8  # rows per optimizer step
+    max_seq_len: int = 2048  # tokens per row; a longer example is cut to it
+    packing: bool = True  # several examples per row, each with its own position ids and attention
+    warmup_steps: int = 0  # linear lr warm-up, then cosine decay to 10% of lr at the last step
     # --- the loss: {_target_: dotted.path.Class, kwarg: value, ...} (Hydra instantiate style)
     loss: Any = None
 
@@ -74,6 +79,9 @@ class AlgorithmConfig:
         _at_least("max_response_len", self.max_response_len, 1)
         _at_least("max_sampling_attempts", self.max_sampling_attempts, 1)
         _at_least("max_policy_age", self.max_policy_age, 0)
+        _at_least("batch_size", self.batch_size, 1)
+        _at_least("max_seq_len", self.max_seq_len, 2, "a target token needs one token before it")
+        _at_least("warmup_steps", self.warmup_steps, 0)
         _positive("lr", self.lr)
         _positive("max_grad_norm", self.max_grad_norm)
         _positive("advantage_eps", self.advantage_eps)

@@ -1,0 +1,41 @@
+"""Evaluate a model alone, without training: `forge-exp +mode=eval model.path=<checkpoint>`.
+
+    held-out problems (dataset.eval_split, the first dataset.eval_size) ─▶ generator ─▶ reward workers
+    ─▶ greedy accuracy, and pass@k at eval.temperature when eval.pass_k > 1 ─▶ MLflow (step 0)
+
+The same `evaluate` (apps/common.py) that GRPO runs every eval.every steps, so the numbers compare with a training
+run's eval/accuracy. Any checkpoint this platform writes (an SFT model, a GRPO checkpoint, a warm start) or any
+local HF model directory can be evaluated:
+
+    forge-exp +mode=eval model=qwen3_1_7b model.path=/models/Qwen3-1.7B dataset=gsm8k reward=math eval.pass_k=8
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from forge_exp.actors.generator import Generator
+from forge_exp.actors.reward import RewardWorker
+from forge_exp.apps.common import evaluate
+from forge_exp.config.dataset import build_dataset
+from forge_exp.config.model import build_tokenizer
+from forge_exp.runtime.services import Runtime
+from forge_exp.tracking.mlflow import Tracker
+
+
+async def run(cfg, runtime: Runtime, tracker: Tracker, resume=None) -> dict[str, float]:
+    # Only the held-out split is read: the train split (which may not even be there) is pointed at it too.
+    split = cfg.dataset.eval_split or cfg.dataset.split
+    _, problems = build_dataset(dataclasses.replace(cfg.dataset, split=split), build_tokenizer(cfg.model))
+    if not problems:
+        raise ValueError(f"dataset {cfg.dataset.name} has no held-out problems to evaluate: set dataset.eval_split "
+                         f"and a dataset.eval_size > 0 (null = the whole split)")
+    generator = runtime.spawn("generator", Generator, cfg.model, None, cfg.seed)
+    reward = runtime.spawn("reward", RewardWorker, cfg.reward)
+    t0 = time.perf_counter()
+    metrics = await evaluate(cfg, generator, reward, problems, step=0)
+    metrics.update({"eval/problems": float(len(problems)), "eval/seconds": time.perf_counter() - t0})
+    tracker.log_metrics(metrics, step=0)
+    print("forge-exp: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))
+    return metrics

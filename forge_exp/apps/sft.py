@@ -1,0 +1,89 @@
+"""Supervised fine-tuning: next-token likelihood of the assistant's tokens, on packed rows.
+
+    build:  rows → examples (loss mask on assistant tokens) → packed rows, in this process (data/sft.py);
+            the SFT trainer on the `trainer` mesh (actors/sft.py)
+    loop over steps:
+        next batch of packed rows ─▶ trainer.train_step ─▶ loss, lr, grad norm, token accuracy
+        every eval.every steps (and at the start and the end): loss on the eval split
+        every checkpoint.every steps: a resumable checkpoint (weights + optimizer + step)
+    at the end: the policy in HF format in <checkpoint.dir>/final; `model.path=<it>` starts GRPO from it
+
+    forge-exp algorithm=sft dataset=jsonl dataset.path=/data/{split}.jsonl steps=500
+
+The warm start (warmstart.*) is a GRPO-run feature and is not used here: SFT starts from `model` as configured.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from forge_exp.actors.sft import SFT_INPUTS, SFTTrainer
+from forge_exp.apps.checkpoint import ResumeState, save_checkpoint
+from forge_exp.config.algorithm import build_loss
+from forge_exp.config.model import build_tokenizer
+from forge_exp.data.sft import SFTData, describe
+from forge_exp.rl.losses import check_loss_inputs
+from forge_exp.runtime.services import Runtime, Service
+from forge_exp.tracking.mlflow import Tracker
+
+FINAL = "final"  # <checkpoint.dir>/final: the model at the end, HF format, no optimizer state
+METADATA = "forge_exp_sft.json"
+
+
+async def run(cfg, runtime: Runtime, tracker: Tracker, resume: ResumeState | None = None) -> dict[str, float]:
+    a = cfg.algorithm
+    check_loss_inputs(build_loss(a.loss), SFT_INPUTS, key="algorithm.loss (algorithm=sft)")
+    data = SFTData(cfg.dataset, build_tokenizer(cfg.model), a.max_seq_len, a.batch_size, a.packing)
+    heldout = data.eval_batches()
+    first = resume.step + 1 if resume else 1
+    batches = data.train_batches(skip=first - 1)  # the stream is seeded: a resumed run sees the same batches
+    trainer = runtime.spawn(
+        "trainer", SFTTrainer, cfg.model, a, cfg.steps, str(resume.path) if resume else None, cfg.seed,
+        resume_step=resume.step if resume else 0,
+    )
+    if resume:  # the start-of-run evaluation was logged by the run being resumed
+        start = {"eval/loss": tracker.metric_at("eval/loss", 0)} if heldout else {}
+    else:
+        start = await evaluate(trainer, heldout)
+        tracker.log_metrics(start, step=0)
+    bar = tqdm(total=cfg.steps, initial=first - 1, desc="sft", disable=not cfg.progress, dynamic_ncols=True)
+    metrics: dict[str, float] = {}
+    try:
+        for step in range(first, cfg.steps + 1):
+            t0 = time.perf_counter()
+            batch = next(batches)
+            if step == first:
+                tracker.log_table(describe(batch, data.tokenizer), "samples/sft_examples.json")
+            metrics = await trainer.route().train_step.call_one(batch)
+            metrics.update(data.metrics())
+            metrics["time/step_seconds"] = time.perf_counter() - t0
+            if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
+                metrics.update(await evaluate(trainer, heldout))
+            tracker.log_metrics(metrics, step=step)
+            if step % 10 == 0:
+                tracker.flush()
+            if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
+                await save_checkpoint(cfg, trainer, tracker, step)
+            bar.update(1)
+            bar.set_postfix(loss=f"{metrics['loss/total']:.3f}", lr=f"{metrics['train/lr']:.2e}")
+    finally:
+        bar.close()
+    end = await evaluate(trainer, heldout)
+    tracker.log_metrics(end, step=cfg.steps)
+    final = Path(cfg.checkpoint.dir or Path(cfg.output_dir or ".") / "checkpoints") / FINAL
+    meta = {METADATA: {"run_id": tracker.run_id, "steps": cfg.steps, **end}}
+    await trainer.route().save.call_one(str(final), meta, False)
+    tracker.set_tags({"forge_exp.sft.final_checkpoint": str(final)})
+    print(f"forge-exp: SFT model (HF format) in {final}\n  start GRPO from it: forge-exp model.path={final} ...")
+    summary = {"train/loss_end": metrics.get("loss/total", float("nan"))}
+    if heldout:
+        summary.update({"eval/loss_start": start["eval/loss"], "eval/loss_end": end["eval/loss"]})
+    return summary
+
+
+async def evaluate(trainer: Service, heldout: list) -> dict[str, float]:
+    """Loss on the eval rows ({} without an eval split)."""
+    return await trainer.route().evaluate.call_one(heldout) if heldout else {}

@@ -8,16 +8,23 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from forge_exp.config.store import register
 from forge_exp.config.validate import validate
+from forge_exp.tracking import sweep
 
 register()
+sweep.register()  # resolvers and launchers for conf/hydra/launcher/*.yaml (forge_exp/tracking/sweep.py)
 log = logging.getLogger("forge_exp")
+# conf/hydra/launcher/submitit_{slurm,local}.yaml extend the submitit plugin's schema of the same name on purpose
+# (typed launcher keys, our defaults under the name users know); Hydra 1.3 warns about such name matching.
+warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
 
 
 @hydra.main(version_base=None, config_path="pkg://forge_exp.conf", config_name="config")
@@ -42,9 +49,10 @@ def main(cfg: DictConfig) -> float | None:
     tracker = Tracker(
         config.tracking.uri or default_tracking_uri(),
         config.tracking.experiment,
-        run_name=config.tracking.run_name or config.name,
+        run_name=config.tracking.run_name or _default_run_name(config.name),
         tags=_run_tags(),
-        parent_run_id=config.tracking.parent_run_id,
+        # a sweep job: the sweep's parent run, exported by forge_exp.tracking.sweep.SweepTracker (hydra.callbacks)
+        parent_run_id=config.tracking.parent_run_id or os.environ.get("FORGE_EXP_PARENT_RUN_ID"),
         run_id=resume.run_id if resume else None,
         hold=config.checkpoint.every > 0,
     )
@@ -66,8 +74,16 @@ async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
         return await run_app(config, runtime, tracker, resume)
 
 
+def _default_run_name(name: str) -> str:
+    hc = HydraConfig.get()
+    return f"{name}-{hc.job.num}" if hc.mode == RunMode.MULTIRUN else name  # sweep jobs: distinct names in the UI
+
+
 def _run_tags() -> dict[str, str]:
-    tags = {"forge_exp.overrides": " ".join(HydraConfig.get().overrides.task) or "(defaults)"}
+    hc = HydraConfig.get()
+    tags = {"forge_exp.overrides": " ".join(hc.overrides.task) or "(defaults)"}
+    if hc.mode == RunMode.MULTIRUN:
+        tags["forge_exp.sweep.job"] = str(hc.job.num)
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,

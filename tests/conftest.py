@@ -10,6 +10,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
+# shared daemons and runs: one SLURM cluster (slurm_cluster, slurm_env), mlflow_server, and the SLURM sweep that
+# tests/sweeps and tests/browser both look at (slurm_sweep)
+pytest_plugins = ["tests.launchers.fixtures", "tests.sweeps.fixtures"]
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _monarch_fault_hook():

@@ -28,18 +28,26 @@ class Generator(Actor):
         self._rng = torch.Generator(device=self.device).manual_seed(seed)
 
     @concurrent_endpoint
-    async def receive_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
-        """Stash the trainer's weights; they are loaded before the next batch (concurrent: does not wait for a
-        batch in flight)."""
-        self._pending = (version, state_dict)
+    async def receive_weights(self, ref) -> str:
+        """Snapshot the trainer's weights (version ref.version, a runtime.weight_sync.WeightRef) into a private
+        buffer; they are loaded before the next batch (concurrent: does not wait for a batch in flight). Returns the
+        path taken ("local" | "ipc" | "message") or what the trainer must add ("ipc?" | "state?")."""
+        from forge_exp.runtime.weight_sync import TAKEN, WeightReceiver
+
+        if getattr(self, "_receiver", None) is None:
+            self._receiver = WeightReceiver(self.model, self.device)
+        got = self._receiver.receive(ref)
+        if got in TAKEN:
+            self._pending = (ref.version, self._receiver)
+        return got
 
     def _load_pending(self) -> None:
         if self._pending is None:
             return
         t0 = time.perf_counter()
-        version, state = self._pending
+        version, receiver = self._pending
         self._pending = None
-        self.model.load_state_dict(state)
+        receiver.load()
         self.version = version
         self._sync_seconds = time.perf_counter() - t0
 

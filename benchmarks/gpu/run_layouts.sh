@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU layout runs of benchmarks/gpu.md, exactly as run: GRPO through the real `forge-exp` entry point and
+# Monarch, on the Qwen3-1.7B shape (random init, bf16) from make_model.py, group_size 8, 4 prompts per step
+# (32 sequences), prompts of exactly 256 tokens, completions up to 512 (random weights almost never sample EOS).
+#
+#   source benchmarks/gpu/install.sh
+#   python3 benchmarks/gpu/make_model.py --out /tmp/gpubench          # once per machine
+#   bash benchmarks/gpu/run_layouts.sh single_gpu   # 1 GPU: trainer, reference, generator in one process
+#   bash benchmarks/gpu/run_layouts.sh multi_gpu    # 2 GPUs: trainer + reference on 0, generator on 1
+#   bash benchmarks/gpu/run_layouts.sh three_gpu    # 3 GPUs: trainer 0, reference 1, generator 2   (needs x4)
+#   bash benchmarks/gpu/run_layouts.sh three_gpu_2gen  # 4 GPUs: + a second generator replica on 3  (needs x4)
+#
+# Writes $OUT/peak_<layout>.json (the bf16 matmul rate and copy bandwidth MFU is taken against, measured first, in
+# the same call: benchmarks/gpu/peak.py), $OUT/<layout>.log (the run's output) and $OUT/<layout>.json
+# (benchmarks/gpu/summarize.py).
+set -euo pipefail
+LAYOUT=${1:?layout: single_gpu | multi_gpu | three_gpu | three_gpu_2gen}
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+BENCH=${BENCH:-/tmp/gpubench}
+OUT=${OUT:-$BENCH/out}
+STEPS=${STEPS:-20}
+PROMPTS=${PROMPTS:-4}
+mkdir -p "$OUT" "$BENCH/$LAYOUT"
+case $LAYOUT in
+  single_gpu) SERVICES=(services=single_gpu); export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} ;;
+  multi_gpu) SERVICES=(services=multi_gpu) ;;
+  three_gpu) SERVICES=(services=three_gpu) ;;
+  three_gpu_2gen) SERVICES=(services=three_gpu services.generator.replicas=2) ;;
+  *) echo "unknown layout $LAYOUT"; exit 2 ;;
+esac
+ARGS=(
+  "${SERVICES[@]}"
+  model.name=qwen3_1_7b model.source=hf "model.path=$BENCH/qwen3_1_7b" model.dtype=bfloat16
+  dataset=jsonl "dataset.path='$BENCH/data/{split}.jsonl'" dataset.system_prompt=none dataset.eval_size=null
+  dataset.max_new_tokens=512 reward=math
+  algorithm=grpo algorithm.group_size=8 "algorithm.prompts_per_step=$PROMPTS" algorithm.grad_accum=4
+  "steps=$STEPS" warmstart.steps=0 progress=false name=gpu_$LAYOUT
+  "tracking.uri=sqlite:///$BENCH/$LAYOUT/mlflow.db" "hydra.run.dir=$BENCH/$LAYOUT/run"
+)
+COMMAND="forge-exp ${ARGS[*]}"
+echo "$COMMAND"
+python3 "$REPO/benchmarks/gpu/peak.py" --out "$OUT/peak_$LAYOUT.json" > /dev/null
+
+# GPU memory, sampled every 0.5 s: per GPU and per process (CUDA context + PyTorch's allocator reserve)
+MEM=$BENCH/$LAYOUT/mem.csv
+nvidia-smi --query-gpu=index,uuid --format=csv,noheader > "$BENCH/$LAYOUT/mem.gpus.csv"
+nvidia-smi --query-gpu=index,timestamp,memory.used --format=csv,noheader,nounits -lms 500 > "$MEM" &
+SMI_GPU=$!
+nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits -lms 500 > "$BENCH/$LAYOUT/mem.procs.csv" &
+SMI_PROC=$!
+trap 'kill $SMI_GPU $SMI_PROC 2>/dev/null || true' EXIT
+
+cd "$BENCH"  # not the repo root: forge_exp comes from the installed copy, as a user's would
+set +e
+timeout -s INT -k 30 "${RUN_TIMEOUT:-560}" forge-exp "${ARGS[@]}" > "$OUT/$LAYOUT.log" 2>&1
+RC=$?
+set -e
+kill $SMI_GPU $SMI_PROC 2>/dev/null || true
+echo "forge-exp exit status $RC"
+grep -v -i -E "warn|Loading weights|LOAD REPORT|^Key |^---|MISSING|^Notes|^- " "$OUT/$LAYOUT.log" | tail -n 15 || true
+python3 "$REPO/benchmarks/gpu/summarize.py" --layout "$LAYOUT" --db "$BENCH/$LAYOUT/mlflow.db" --mem "$MEM" \
+  --peak "$OUT/peak_$LAYOUT.json" --rows $((PROMPTS * 8)) --prompt 256 --command "$COMMAND" --out "$OUT/$LAYOUT.json"
+exit $RC

@@ -1,0 +1,171 @@
+"""Weight sync trainer → generator through real Monarch processes: the process-local copy (trainer and generator in
+one process), the message path (separate CPU processes) and, where CUDA exists, CUDA IPC (separate processes on
+GPUs). Each checks that the generator ends up with the trainer's exact weights, stamps its completions with the
+version it loaded, and loads a new version only before its next batch."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+import torch
+
+from forge_exp.config.algorithm import AlgorithmConfig
+from forge_exp.config.model import ModelConfig
+from forge_exp.rl.types import Problem
+from forge_exp.runtime.layout import MeshPlan
+from forge_exp.runtime.weight_sync import WeightPublisher, WeightReceiver, layout_of, parameters, views
+from tests.conftest import ROOT
+
+MODEL = ModelConfig(max_position_embeddings=64)
+GRPO = AlgorithmConfig(loss={"_target_": "forge_exp.rl.losses.GRPOLoss"})
+PROBLEMS = [Problem(prompt="12+34=", target="46")]
+
+
+def plans(trainer_device: str, generator_device: str, colocated: bool) -> dict[str, MeshPlan]:
+    gpus = int(trainer_device.startswith("cuda"))
+    if colocated:
+        return {"colo": MeshPlan("colo", ["trainer", "generator"], 1, 1, gpus, 1, devices=[[trainer_device]])}
+    return {
+        "trainer": MeshPlan("trainer", ["trainer"], 1, 1, gpus, 1, devices=[[trainer_device]]),
+        "generator": MeshPlan("generator", ["generator"], 1, 1, gpus, 1, devices=[[generator_device]]),
+    }
+
+
+async def sync_round_trip(meshes: dict[str, MeshPlan]) -> dict:
+    from forge_exp.runtime.services import Runtime
+    from tests.runtime.weight_sync_actors import ProbeGenerator, ProbeTrainer
+
+    out = {}
+    async with Runtime(meshes) as runtime:
+        trainer = runtime.spawn("trainer", ProbeTrainer, MODEL, GRPO, None, 0).route()
+        generators = runtime.spawn("generator", ProbeGenerator, MODEL, None, 0)
+        generator = generators.route()
+
+        assert await trainer.perturb.call_one(0.05) == 1
+        out["seconds"] = await trainer.push_weights.call_one(generators.fanout())
+        out["transport"] = await generator.transport.call_one()
+        groups, metrics = await generator.generate.call_one(PROBLEMS, 2, 1.0, 1.0, 4)
+        out["version_1"] = {c.policy_version for c in groups[0].completions}
+        out["equal_1"] = await generator.digest.call_one() == await trainer.digest.call_one()
+
+        # version 2 is pushed while the generator still holds 1: it must not change before the next batch
+        held = await generator.digest.call_one()
+        assert await trainer.perturb.call_one(0.05) == 2
+        await trainer.push_weights.call_one(generators.fanout())
+        out["unchanged_until_next_batch"] = await generator.digest.call_one() == held
+        groups, metrics = await generator.generate.call_one(PROBLEMS, 2, 1.0, 1.0, 4)
+        out["version_2"] = {c.policy_version for c in groups[0].completions}
+        out["metrics_version"] = metrics["generator/version"]
+        out["equal_2"] = await generator.digest.call_one() == await trainer.digest.call_one()
+    return out
+
+
+def check(out: dict, transport: str) -> None:
+    assert out["transport"] == transport
+    assert out["version_1"] == {1} and out["equal_1"]
+    assert out["unchanged_until_next_batch"]
+    assert out["version_2"] == {2} and out["metrics_version"] == 2 and out["equal_2"]
+
+
+@pytest.fixture(autouse=True)
+def _actors_import_tests(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def test_colocated_generator_copies_from_the_trainer_in_its_process():
+    check(asyncio.run(sync_round_trip(plans("cpu", "cpu", colocated=True))), "local")
+
+
+def test_separate_cpu_processes_use_the_message_path():
+    check(asyncio.run(sync_round_trip(plans("cpu", "cpu", colocated=False))), "message")
+
+
+def test_every_generator_replica_gets_the_version():
+    """services.generator.replicas=2 (the 4-GPU layout's shape, here on CPU): one push reaches both."""
+    from forge_exp.runtime.services import Runtime
+    from tests.runtime.weight_sync_actors import ProbeGenerator, ProbeTrainer
+
+    meshes = plans("cpu", "cpu", colocated=False)
+    meshes["generator"] = MeshPlan("generator", ["generator"], 2, 1, 0, 1, devices=[["cpu"], ["cpu"]])
+
+    async def run():
+        async with Runtime(meshes) as runtime:
+            trainer = runtime.spawn("trainer", ProbeTrainer, MODEL, GRPO, None, 0).route()
+            generators = runtime.spawn("generator", ProbeGenerator, MODEL, None, 0)
+            await trainer.perturb.call_one(0.05)
+            await trainer.push_weights.call_one(generators.fanout())
+            want = await trainer.digest.call_one()
+            out = []
+            for i in range(2):
+                replica = generators.replica(i)
+                groups, _ = await replica.generate.call_one(PROBLEMS, 1, 1.0, 1.0, 2)
+                out.append((groups[0].completions[0].policy_version, await replica.digest.call_one() == want))
+            return out
+
+    assert asyncio.run(run()) == [(1, True), (1, True)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
+def test_separate_gpu_processes_use_cuda_ipc():
+    last = torch.cuda.device_count() - 1  # GPU 0 → GPU 1 where there are two; else both on GPU 0
+    out = asyncio.run(sync_round_trip(plans("cuda:0", f"cuda:{last}", colocated=False)))
+    print(f"cuda:0 -> cuda:{last}: {out}")
+    check(out, "ipc")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_colocated_on_gpu_copies_device_to_device():
+    check(asyncio.run(sync_round_trip(plans("cuda:0", "cuda:0", colocated=True))), "local")
+
+
+# ------------------------------------------------------------------------------------ the pieces, in one process
+def tiny(seed: int) -> torch.nn.Module:
+    from forge_exp.config.model import build_model
+
+    return build_model(ModelConfig(max_position_embeddings=64, seed=seed))[0]
+
+
+def test_layout_aligns_every_tensor_and_views_round_trip():
+    params = parameters(tiny(0))
+    slots, nbytes = layout_of(params)
+    assert all(s.offset % 256 == 0 for s in slots) and nbytes >= sum(s.nbytes for s in slots)
+    buffer = torch.zeros(nbytes, dtype=torch.uint8)
+    torch._foreach_copy_(views(buffer, slots), list(params.values()))
+    for view, p in zip(views(buffer, slots), params.values()):
+        assert torch.equal(view, p.detach())
+
+
+def test_tied_embeddings_are_sent_once():
+    model = tiny(0)
+    assert model.config.tie_word_embeddings
+    names = list(parameters(model))
+    assert "lm_head.weight" not in names and "model.embed_tokens.weight" in names
+
+
+def test_receiver_asks_for_the_state_when_it_cannot_reach_the_trainer():
+    trainer, generator = tiny(0), tiny(1)
+    publisher, receiver = WeightPublisher(trainer), WeightReceiver(generator, torch.device("cpu"))
+    ref = publisher.publish(3)
+    ref.pid = -1  # as if from another process
+    assert receiver.receive(ref) == "state?"
+    assert not publisher.update(["state?"])
+    ref = publisher.publish(3)
+    ref.pid = -1
+    assert receiver.receive(ref) == "message"
+    receiver.load()
+    assert all(torch.equal(a, b) for a, b in zip(trainer.parameters(), generator.parameters()))
+
+
+def test_a_different_model_is_one_clear_error():
+    publisher = WeightPublisher(tiny(0))
+    other = build_other()
+    with pytest.raises(ValueError, match="trainer and generator models differ"):
+        WeightReceiver(other, torch.device("cpu")).receive(publisher.publish(1))
+
+
+def build_other() -> torch.nn.Module:
+    from forge_exp.config.model import build_model
+
+    return build_model(ModelConfig(max_position_embeddings=64, num_layers=2))[0]

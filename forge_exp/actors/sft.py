@@ -15,12 +15,13 @@ import torch
 import torch.nn.functional as F
 from monarch.actor import Actor, endpoint
 
-from forge_exp.actors.placement import place
-from forge_exp.config.algorithm import AlgorithmConfig, build_loss
-from forge_exp.config.model import ModelConfig, build_model
+from forge_exp.actors.policy import load_policy
+from forge_exp.config.algorithm import AlgorithmConfig
+from forge_exp.config.model import ModelConfig
 from forge_exp.data.sft import SFTBatch
-from forge_exp.models.checkpoint import OPTIMIZER, save_hf_checkpoint
-from forge_exp.rl.losses import call_loss, check_loss_inputs
+from forge_exp.models.checkpoint import save_hf_checkpoint
+from forge_exp.rl.losses import call_loss
+from forge_exp.rl.update import clip_and_step
 
 SFT_INPUTS = {"logprobs", "padding_mask"}  # what the SFT step can hand a loss (padding_mask: the target tokens)
 
@@ -83,21 +84,14 @@ def sft_update(
         metrics = {"loss/total": loss, **metrics, "train/token_accuracy": accuracy}
         for k, v in metrics.items():
             sums[k] = sums.get(k, 0.0) + float(v.detach() if isinstance(v, torch.Tensor) else v) * weight
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    if not math.isfinite(float(grad_norm)):
-        optimizer.zero_grad(set_to_none=True)
-        raise FloatingPointError(
-            f"gradient norm is {float(grad_norm)}: the step was skipped so the weights stay finite "
-            f"(lower algorithm.lr or check the data)"
-        )
-    optimizer.step()
+    grad_norm = clip_and_step(model, optimizer, max_grad_norm, "lower algorithm.lr or check the data")
     seconds = time.perf_counter() - t0
     tokens = int(batch.input_ids.numel() if batch.attention_mask is None else batch.attention_mask.sum())
     sums.pop("loss/target_tokens", None)
     return {
         **sums,
         "train/lr": lr,
-        "train/grad_norm": float(grad_norm),
+        "train/grad_norm": grad_norm,
         "train/target_tokens": float(batch.num_targets),
         "train/tokens": float(tokens),
         "train/examples": float(batch.examples),
@@ -140,20 +134,11 @@ class SFTTrainer(Actor):
         devices,
         threads,
     ):
-        self.device = place(devices, threads, seed)
-        if init_path:
-            model = ModelConfig(**{**model.__dict__, "path": init_path})
-        self.model, self.tokenizer = build_model(model, self.device)
+        policy = load_policy(model, algorithm, init_path, seed, resume_step, SFT_INPUTS, devices, threads)
+        self.model, self.tokenizer, self.optimizer, self.loss = policy.model, policy.tokenizer, policy.optimizer, policy.loss
         self.algorithm = algorithm
         self.total_steps = total_steps
-        self.loss = build_loss(algorithm.loss)
-        check_loss_inputs(self.loss, SFT_INPUTS)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=algorithm.lr, weight_decay=algorithm.weight_decay, betas=(0.9, 0.99)
-        )
         self.step = resume_step
-        if resume_step:  # init_path is the checkpoint: restore the optimizer too
-            self.optimizer.load_state_dict(torch.load(f"{init_path}/{OPTIMIZER}", map_location=self.device))
 
     @endpoint
     async def train_step(self, batch: SFTBatch) -> dict[str, float]:

@@ -7,14 +7,44 @@ approximation, exact when micro-batches hold equal token counts).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 
 from forge_exp.models.logprobs import sequence_logprobs
 from forge_exp.rl.losses import call_loss
 from forge_exp.rl.types import TrainBatch
+
+
+@dataclass
+class Policy:
+    """What a training step works on. Weights stay float32 (master weights); `compute_dtype` is what the forward
+    runs in, under autocast when it is lower (see actors/policy.py)."""
+
+    device: torch.device
+    model: torch.nn.Module
+    tokenizer: object
+    optimizer: torch.optim.Optimizer
+    loss: torch.nn.Module
+    compute_dtype: torch.dtype = torch.float32
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.compute_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+
+
+def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, hint: str) -> float:
+    """Clip the gradient norm and step; a non-finite norm skips the step (weights stay finite) and raises."""
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+    if not math.isfinite(grad_norm):
+        optimizer.zero_grad(set_to_none=True)
+        raise FloatingPointError(f"gradient norm is {grad_norm}: the step was skipped so the weights stay finite ({hint})")
+    optimizer.step()
+    return grad_norm
 
 
 def available_inputs(beta: float) -> set[str]:
@@ -24,9 +54,7 @@ def available_inputs(beta: float) -> set[str]:
 
 
 def policy_update(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: torch.nn.Module,
+    policy: Policy,
     batch: TrainBatch,
     *,
     grad_accum: int,
@@ -35,7 +63,7 @@ def policy_update(
     mask_truncated: bool = False,
 ) -> dict[str, float]:
     t0 = time.perf_counter()
-    device = next(model.parameters()).device
+    model, optimizer, device = policy.model, policy.optimizer, policy.device
     model.train()
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
@@ -45,9 +73,10 @@ def policy_update(
         mask = mb.response_mask
         if mask_truncated:  # overlong filtering (DAPO): truncated completions carry no gradient
             mask = mask & ~mb.truncated[:, None]
-        logprobs, entropy = sequence_logprobs(
-            model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask, temperature
-        )
+        with policy.autocast():
+            logprobs, entropy = sequence_logprobs(
+                model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask, temperature
+            )
         inputs = dict(
             logprobs=logprobs,
             behavior_logprobs=mb.behavior_logprobs,
@@ -58,7 +87,7 @@ def policy_update(
         )
         if mb.ref_logprobs is not None:
             inputs["ref_logprobs"] = mb.ref_logprobs
-        loss, metrics = call_loss(loss_fn, **inputs)
+        loss, metrics = call_loss(policy.loss, **inputs)
         weight = len(mb) / len(batch)
         (loss * weight).backward()
         for k, v in {"loss/total": loss, **metrics}.items():
@@ -67,18 +96,11 @@ def policy_update(
             (entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
         ) * weight
         tokens += int(mb.response_mask.sum()) + int(mb.prompt_mask.sum())
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    if not math.isfinite(float(grad_norm)):
-        optimizer.zero_grad(set_to_none=True)
-        raise FloatingPointError(
-            f"gradient norm is {float(grad_norm)}: the step was skipped so the weights stay finite "
-            f"(check the rewards and algorithm.lr)"
-        )
-    optimizer.step()
+    grad_norm = clip_and_step(model, optimizer, max_grad_norm, "check the rewards and algorithm.lr")
     seconds = time.perf_counter() - t0
     return {
         **sums,
-        "train/grad_norm": float(grad_norm),
+        "train/grad_norm": grad_norm,
         "train/seconds": seconds,
         "train/tokens_per_s": tokens / max(seconds, 1e-9),
     }

@@ -174,7 +174,7 @@ def test_real_family_through_its_model_config_generates_and_takes_a_grpo_step(fa
     from forge_exp.rewards.combine import build_reward, score_group
     from forge_exp.rl.episodes import to_episodes
     from forge_exp.rl.types import Completion, Group
-    from forge_exp.rl.update import policy_update
+    from forge_exp.rl.update import Policy, policy_update
 
     yaml_name, cls = FAMILIES[family][:2]
     path = save_tiny_family(family, tmp_path / "model")
@@ -210,12 +210,15 @@ def test_real_family_through_its_model_config_generates_and_takes_a_grpo_step(fa
     episodes = to_episodes(groups, a.advantage, a.overlong_penalty, 12, a.overlong_buffer_len)
     for e in episodes:  # beta > 0: the reference is the model itself before the step
         e.ref_logprobs = list(e.completion.logprobs)
-    before = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr)
-    metrics = policy_update(model, optimizer, build_loss(a.loss), collate_episodes(episodes, tokenizer.pad_token_id),
+    master = model.float()  # the trainer's float32 master weights; the forward runs in bf16 under autocast
+    before = [p.detach().clone() for p in master.parameters()]
+    policy = Policy(torch.device("cpu"), master, tokenizer, torch.optim.AdamW(master.parameters(), lr=1e-6),
+                    build_loss(a.loss), compute_dtype=torch.bfloat16)
+    metrics = policy_update(policy, collate_episodes(episodes, tokenizer.pad_token_id),
                             grad_accum=a.grad_accum, max_grad_norm=a.max_grad_norm, temperature=a.temperature)
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values()), metrics
-    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters())), "the step changed nothing"
+    # at lr 1e-6 a bf16 copy of the weights would not move; the float32 master weights do
+    assert any(not torch.equal(b, p) for b, p in zip(before, master.parameters())), "the step changed nothing"
 
 
 def test_real_model_config_without_local_weights_is_one_clear_error(tmp_path):

@@ -76,7 +76,7 @@ class AlgorithmConfig:
         _at_least("group_size", self.group_size, 2, "advantages are relative within a group")
         _at_least("prompts_per_step", self.prompts_per_step, 1)
         _at_least("grad_accum", self.grad_accum, 1)
-        _at_least("max_response_len", self.max_response_len, 1)
+        _at_least("max_response_len", self.max_response_len, 1, "the YAMLs set it to dataset.max_new_tokens")
         _at_least("max_sampling_attempts", self.max_sampling_attempts, 1)
         _at_least("max_policy_age", self.max_policy_age, 0)
         _at_least("batch_size", self.batch_size, 1)
@@ -160,6 +160,16 @@ def _locate(path: str) -> Any:
     raise ModuleNotFoundError(f"no module named {parts[0]!r}")
 
 
+# Knobs the algorithm YAMLs route from `algorithm.*` into their loss node. A loss swapped in with
+# `algorithm.loss._target_=my.Loss` receives those it declares and is not handed the rest: a torchforge-style
+# `forward(logprobs, ref_logprobs, advantages, padding_mask)` loss with no constructor arguments plugs in unchanged.
+# Any other keyword it does not take is still an error (a typo, or a `+algorithm.loss.<kw>` meant for it).
+ROUTED_KNOBS = frozenset({
+    "clip_low", "clip_high", "dual_clip", "beta", "kl_estimator", "entropy_coef", "loss_agg", "horizon",
+    "token_level", "tau_pos", "tau_neg", "ratio_cap",
+})
+
+
 def build_loss(loss_node: Mapping[str, Any] | None) -> Any:
     """Construct the loss named by `loss_node['_target_']` with the node's other keys as keyword arguments.
 
@@ -200,6 +210,7 @@ def build_loss(loss_node: Mapping[str, Any] | None) -> Any:
     if inspect.isclass(obj) and _inherits_module_init(obj):
         params = {}  # nn.Module's own __init__(*args, **kwargs) accepts nothing in practice
     if params is not None and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        node = {k: v for k, v in node.items() if k in params or k not in ROUTED_KNOBS}
         rejected = sorted(k for k in node if k not in params)
         if rejected:
             accepted = ", ".join(p for p in params if params[p].kind is not inspect.Parameter.VAR_POSITIONAL)

@@ -32,11 +32,6 @@ async def evaluate(cfg, generator: Service, reward: Service, problems: list[Prob
     return out
 
 
-def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
-    keys = {k for r in rows for k in r}
-    return {k: statistics.fmean(r[k] for r in rows if k in r) for k in keys}
-
-
 def warm_start_dir(cfg) -> Path:
     """Cache key: everything that changes the warm-started weights (model, task, warm-start settings, seed)."""
     key = json.dumps(

@@ -12,6 +12,7 @@ is `build()`; the algorithm itself is `train()` and `rollouts()` below.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from forge_exp.actors.replay_buffer import ReplayBufferService
 from forge_exp.actors.reward import RewardWorker
 from forge_exp.actors.trainer import Trainer
 from forge_exp.apps.checkpoint import ResumeState, save_checkpoint
-from forge_exp.apps.common import evaluate, mean_metrics, wants_warm_start, warm_start, warm_start_dir
+from forge_exp.apps.common import evaluate, wants_warm_start, warm_start, warm_start_dir
 from forge_exp.data.collate import collate_episodes
 from forge_exp.rl.episodes import to_episodes
 from forge_exp.rl.filters import DynamicSampling
@@ -54,7 +55,7 @@ class LoopState:
     published: int = 0
     episodes_added: int = 0
     done: bool = False
-    rollout_metrics: list[dict[str, float]] = field(default_factory=list)
+    rollout_metrics: deque[dict[str, float]] = field(default_factory=deque)  # one entry per batch, oldest first
     samples: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -160,8 +161,8 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
             metrics = await h.trainer.route().train_step.call_one(batch)
             sync = await h.trainer.route().push_weights.call_one(h.generator.fanout())
             state.published = step
-            metrics.update(mean_metrics(state.rollout_metrics))
-            state.rollout_metrics.clear()
+            if state.rollout_metrics:  # the rollout that made this batch (batches leave the buffer in order)
+                metrics.update(state.rollout_metrics.popleft())
             metrics.update(
                 {
                     "time/step_seconds": time.perf_counter() - t0,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -50,7 +49,7 @@ def test_default_passes_full_validation():
         ("algorithm.beta=-0.1", "algorithm.beta"),
         ("algorithm.clip_low=1.0", "algorithm.clip_low"),
         ("algorithm.group_size=1", "algorithm.group_size"),
-        ("services=three_gpu", "services needs 3 GPUs"),
+        ("services=three_gpu", r"services needs 2 GPUs \(trainer=1, generator=1\) but 0 are visible"),
         ("dataset.max_new_tokens=0", "dataset.max_new_tokens"),
         ("steps=0", "steps"),
     ],

@@ -27,3 +27,9 @@ def _monarch_fault_hook():
     monarch.actor.unhandled_fault_hook = failures.append
     yield failures
     monarch.actor.unhandled_fault_hook = original
+
+
+@pytest.fixture(scope="session")
+def warmstart_cache(tmp_path_factory):
+    """One warm-start cache for every end-to-end run of the session: the first run trains it, the others load it."""
+    return tmp_path_factory.mktemp("warmstart-cache")

@@ -88,6 +88,9 @@ def test_default_experiment_learns_and_lands_in_mlflow(tmp_path, cli):
     evals = sorted(client.get_metric_history(run.info.run_id, "eval/accuracy"), key=lambda m: m.step)
     assert [m.step for m in evals] == [0, STEPS]
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.02, f"reward did not rise: {rewards}"
+    # the clipped ratio is taken against the generator's behaviour logprobs: off-policy batches move it off 1
+    ratio_max = [m.value for m in client.get_metric_history(run.info.run_id, "loss/ratio_max")]
+    assert max(ratio_max) > 1.0 + 1e-3, ratio_max
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "config")} | {
         a.path for a in client.list_artifacts(run.info.run_id, "samples")
     }

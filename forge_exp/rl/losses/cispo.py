@@ -22,13 +22,12 @@ import torch
 from torch import nn
 
 from forge_exp.rl.losses.primitives import (
-    Aggregation,
     Clipped,
-    Regularizers,
     check_clip_bounds,
     clip_ratio,
     finish,
     log_ratio,
+    policy_terms,
     prepare_inputs,
 )
 
@@ -49,10 +48,8 @@ class CISPOLoss(nn.Module):
         super().__init__()
         check_clip_bounds(clip_low, clip_high)
         self.clip_low, self.clip_high = clip_low, clip_high
-        self.regularizers = Regularizers(beta=beta, kl_estimator=kl_estimator, entropy_coef=entropy_coef)
-        self.agg = Aggregation(loss_agg, horizon)
-        self.required_inputs = frozenset({"logprobs", "behavior_logprobs", "advantages", "padding_mask"}) | (
-            self.regularizers.inputs
+        self.regularizers, self.agg, self.required_inputs = policy_terms(
+            beta, kl_estimator, entropy_coef, loss_agg, horizon
         )
 
     def forward(

@@ -26,12 +26,11 @@ import torch
 from torch import nn
 
 from forge_exp.rl.losses.primitives import (
-    Aggregation,
-    Regularizers,
     check_clip_bounds,
     clipped_surrogate,
     finish,
     log_ratio,
+    policy_terms,
     prepare_inputs,
 )
 
@@ -53,11 +52,9 @@ class GRPOLoss(nn.Module):
         super().__init__()
         check_clip_bounds(clip_low, clip_high, dual_clip)
         self.clip_low, self.clip_high, self.dual_clip = clip_low, clip_high, dual_clip
-        self.regularizers = Regularizers(beta=beta, kl_estimator=kl_estimator, entropy_coef=entropy_coef)
-        self.agg = Aggregation(loss_agg, horizon)
         # the trainer reads this (rl.losses.loss_inputs) to know what to compute
-        self.required_inputs = frozenset({"logprobs", "behavior_logprobs", "advantages", "padding_mask"}) | (
-            self.regularizers.inputs
+        self.regularizers, self.agg, self.required_inputs = policy_terms(
+            beta, kl_estimator, entropy_coef, loss_agg, horizon
         )
 
     def forward(

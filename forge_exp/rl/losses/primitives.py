@@ -248,6 +248,18 @@ class Regularizers:
 
 
 # ---------------------------------------------------------------------------------------------- metrics
+POLICY_INPUTS = frozenset({"logprobs", "behavior_logprobs", "advantages", "padding_mask"})
+
+
+def policy_terms(
+    beta: float, kl_estimator: str, entropy_coef: float, loss_agg: str, horizon: int | None
+) -> tuple["Regularizers", "Aggregation", frozenset[str]]:
+    """What every policy-gradient loss builds alike: its KL/entropy terms, its aggregation, and the inputs it asks
+    the trainer for (rl.losses.loss_inputs reads `required_inputs`)."""
+    regularizers = Regularizers(beta=beta, kl_estimator=kl_estimator, entropy_coef=entropy_coef)
+    return regularizers, Aggregation(loss_agg, horizon), POLICY_INPUTS | regularizers.inputs
+
+
 def frac(flags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Fraction of real tokens where flags is True (0 when there are none)."""
     # flags, mask: [B, T] bool

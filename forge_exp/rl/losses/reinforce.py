@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from forge_exp.rl.losses.primitives import Aggregation, Clipped, Regularizers, finish, log_ratio, prepare_inputs
+from forge_exp.rl.losses.primitives import Clipped, finish, log_ratio, policy_terms, prepare_inputs
 
 
 class ReinforceLoss(nn.Module):
@@ -37,10 +37,8 @@ class ReinforceLoss(nn.Module):
         if ratio_cap is not None and not ratio_cap > 0:
             raise ValueError(f"ratio_cap must be > 0 or None, got {ratio_cap}")
         self.ratio_cap = ratio_cap
-        self.regularizers = Regularizers(beta=beta, kl_estimator=kl_estimator, entropy_coef=entropy_coef)
-        self.agg = Aggregation(loss_agg, horizon)
-        self.required_inputs = frozenset({"logprobs", "behavior_logprobs", "advantages", "padding_mask"}) | (
-            self.regularizers.inputs
+        self.regularizers, self.agg, self.required_inputs = policy_terms(
+            beta, kl_estimator, entropy_coef, loss_agg, horizon
         )
 
     def forward(

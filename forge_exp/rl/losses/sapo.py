@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from forge_exp.rl.losses.primitives import Aggregation, Regularizers, finish, log_ratio, prepare_inputs, token_mean
+from forge_exp.rl.losses.primitives import finish, log_ratio, policy_terms, prepare_inputs, token_mean
 
 
 def _temperature(advantages: torch.Tensor, tau_pos: float, tau_neg: float, dtype: torch.dtype) -> torch.Tensor:
@@ -57,10 +57,8 @@ class SAPOLoss(nn.Module):
             if not tau > 0:
                 raise ValueError(f"{name} must be > 0, got {tau}")
         self.tau_pos, self.tau_neg = float(tau_pos), float(tau_neg)
-        self.regularizers = Regularizers(beta=beta, kl_estimator=kl_estimator, entropy_coef=entropy_coef)
-        self.agg = Aggregation(loss_agg, horizon)
-        self.required_inputs = frozenset({"logprobs", "behavior_logprobs", "advantages", "padding_mask"}) | (
-            self.regularizers.inputs
+        self.regularizers, self.agg, self.required_inputs = policy_terms(
+            beta, kl_estimator, entropy_coef, loss_agg, horizon
         )
 
     def forward(

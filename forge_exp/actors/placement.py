@@ -17,7 +17,3 @@ def place(devices: list[list[str]], threads: int, seed: int | None = None) -> to
     if seed is not None:
         torch.manual_seed(seed + current_rank().rank)
     return device
-
-
-def rank() -> int:
-    return current_rank().rank

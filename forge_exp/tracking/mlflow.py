@@ -151,9 +151,6 @@ class Tracker:
     def log_table(self, columns: Mapping[str, list], path: str) -> None:
         self.client.log_table(self.run_id, data=dict(columns), artifact_file=path)
 
-    def log_artifacts(self, local_dir: str, artifact_path: str | None = None) -> None:
-        self.client.log_artifacts(self.run_id, local_dir, artifact_path)
-
     # --- lifecycle -----------------------------------------------------------------------------------------
     def close(self, status: str = "FINISHED") -> None:
         if status == "FINISHED" or not self.hold:  # held metrics of a failed run would be logged again on resume

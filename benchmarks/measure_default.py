@@ -48,7 +48,7 @@ def main() -> None:
     cache = ROOT / ".runtime" / "bench-warmstart" if cached else work / "cache"
     uri = f"sqlite:///{work}/mlflow.db"
     cmd = [str(ROOT / ".venv/bin/forge-exp"), f"hydra.run.dir={work}/run", f"tracking.uri={uri}",
-           f"warmstart.cache_dir={cache}", "progress=false", *extra]
+           f"model.warmstart.cache_dir={cache}", "progress=false", *extra]
     start = time.time()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak_pss = peak_rss = 0.0

@@ -1,10 +1,15 @@
-"""`forge-exp`: validate the config → build the actor mesh → run the app → close."""
+"""`forge-exp`: validate the config → check what can be checked → build the actor mesh → run the app → close.
+
+`main()` is the command: it writes out the command line's short aliases (config/aliases.py), runs Hydra, and turns
+a mistake in the command line into one line naming the key, with the closest valid key, before anything starts.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -15,23 +20,43 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+import forge_exp.launch.resources  # noqa: F401 — the resolvers conf/hydra/launcher/*.yaml use
+from forge_exp.config.aliases import expand
 from forge_exp.config.store import register
-from forge_exp.config.validate import validate
-from forge_exp.tracking import sweep
+from forge_exp.config.validate import ConfigError, suggest, validate
 
 register()
-sweep.register()  # resolvers and launchers for conf/hydra/launcher/*.yaml (forge_exp/tracking/sweep.py)
 log = logging.getLogger("forge_exp")
 # conf/hydra/launcher/submitit_{slurm,local}.yaml extend the submitit plugin's schema of the same name on purpose
 # (typed launcher keys, our defaults under the name users know); Hydra 1.3 warns about such name matching.
 warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
+CONFIG = {"version_base": None, "config_path": "pkg://forge_exp.conf", "config_name": "config"}
 
 
-@hydra.main(version_base=None, config_path="pkg://forge_exp.conf", config_name="config")
-def main(cfg: DictConfig) -> float | None:
+def _register_launchers() -> None:
+    """Our submitit launchers (hydra_plugins/forge_exp_launcher): Hydra's plugin scan finds them in a regular
+    install but not through an editable install's import hook."""
+    from hydra.core.plugins import Plugins
+
+    try:
+        from hydra_plugins.forge_exp_launcher import launcher
+    except ImportError:
+        return
+    plugins = Plugins.instance()
+    for name in ("SlurmLauncher", "LocalLauncher"):
+        cls = getattr(launcher, name, None)  # absent without hydra-submitit-launcher
+        if cls is not None and f"{cls.__module__}.{cls.__name__}" not in plugins.class_name_to_class:
+            plugins.register(cls)
+
+
+def run(cfg: DictConfig) -> float | None:
+    """The Hydra task: one experiment."""
     t0 = time.time()
     try:
         config = validate(cfg)
+        from forge_exp.apps.preflight import check
+
+        check(config)
     except ValueError as e:  # one clear line, before any process is spawned
         print(f"forge-exp: error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -45,13 +70,13 @@ def main(cfg: DictConfig) -> float | None:
     config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
     config.checkpoint.dir = config.checkpoint.dir or os.path.join(config.output_dir, "checkpoints")
     resume = latest(config.checkpoint.dir) if config.resume else None
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     tracker = Tracker(
         config.tracking.uri or default_tracking_uri(),
         config.tracking.experiment,
         run_name=config.tracking.run_name or _default_run_name(config.name),
         tags=_run_tags(),
-        # a sweep job: the sweep's parent run, exported by forge_exp.tracking.sweep.SweepTracker (hydra.callbacks)
+        # a sweep job: the sweep's parent run, exported by forge_exp.launch.sweep.SweepTracker (hydra.callbacks)
         parent_run_id=config.tracking.parent_run_id or os.environ.get("FORGE_EXP_PARENT_RUN_ID"),
         run_id=resume.run_id if resume else None,
         hold=config.checkpoint.every > 0,
@@ -76,7 +101,12 @@ async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
 
 def _default_run_name(name: str) -> str:
     hc = HydraConfig.get()
-    return f"{name}-{hc.job.num}" if hc.mode == RunMode.MULTIRUN else name  # sweep jobs: distinct names in the UI
+    if hc.mode != RunMode.MULTIRUN:
+        return name
+    from forge_exp.launch.sweep import SWEPT_ENV, run_name
+
+    swept = [k for k in os.environ.get(SWEPT_ENV, "").split(",") if k]
+    return run_name(list(hc.overrides.task), swept) or f"{name}-{hc.job.num}"  # sweep jobs: named by their values
 
 
 def _run_tags() -> dict[str, str]:
@@ -100,6 +130,8 @@ def _run_tags() -> dict[str, str]:
 
 
 def _print_summary(summary: dict[str, float], tracker, seconds: float) -> None:
+    from forge_exp.tracking.mlflow import ui_command
+
     lines = [f"forge-exp: finished in {seconds / 60:.1f} min"]
     if "eval/accuracy_start" in summary:
         start, end = summary["eval/accuracy_start"], summary["eval/accuracy_end"]
@@ -108,8 +140,85 @@ def _print_summary(summary: dict[str, float], tracker, seconds: float) -> None:
     if "warmstart/accuracy" in summary:
         lines.append(f"  warm start: {summary['warmstart/seconds']:.0f} s")
     lines.append(f"  MLflow run {tracker.run_id} (experiment id {tracker.experiment_id}) in {tracker.uri}")
-    lines.append(f"  open the UI: {tracker.ui_command()}")
+    lines.append(f"  open the UI: {ui_command(tracker.uri)}, then {tracker.run_url()}")
     print("\n".join(lines))
+
+
+hydra_main = hydra.main(**CONFIG)(run)
+
+
+def main() -> None:
+    """The `forge-exp` command."""
+    args = expand(sys.argv[1:])
+    sys.argv = [sys.argv[0], *args]
+    _register_launchers()
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the user asked for Hydra's own tracebacks
+        hydra_main()
+        return
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its multi-line report and exiting
+    try:
+        hydra_main()
+    except Exception as e:  # noqa: BLE001 — anything not a config mistake is re-raised below
+        message = explain(e, args)
+        if message is None:
+            raise
+        print(f"forge-exp: error: {message}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def explain(e: Exception, args: list[str]) -> str | None:
+    """One line for a mistake in the command line or a config file; None for anything else."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+
+    if isinstance(e, ConfigError):
+        return str(e)
+    if isinstance(e, MissingConfigException):
+        return _missing_option(e)
+    if isinstance(e, OverrideParseException):
+        bad = next((a for a in args if "{" in a or "}" in a), None) or str(e).splitlines()[0]
+        return (f"cannot parse the override {bad!r} ({str(e).splitlines()[0]}); quote a value with special "
+                f"characters for Hydra as well as the shell: 'key=\"value\"'")
+    if isinstance(e, ConfigCompositionException):
+        text = str(e)
+        m = re.search(r"Could not (?:override|append to|delete from) '([^']+)'", text) or re.search(
+            r"Key '([^']+)' not in", text)
+        if m:
+            key = m.group(1)
+            rest = [a for a in args if not a.lstrip("+~").startswith(f"{key}=") and a.lstrip("+~") != key]
+            return f"{key} is not a config key{suggest(key, _compose(rest))}"
+        m = re.search(r"Error merging override (\S+)", text)
+        cause = e.__cause__
+        if m and cause is not None:
+            return f"{m.group(1)}: {str(cause).strip().splitlines()[0]}"
+        return text.strip().splitlines()[0]
+    return None
+
+
+def _missing_option(e) -> str:
+    import difflib
+
+    m = re.search(r"Could not find '([^']+)'", str(e))
+    missing = m.group(1) if m else str(e).splitlines()[0]
+    group, _, option = missing.rpartition("/")
+    options = sorted(getattr(e, "options", None) or [])
+    close = difflib.get_close_matches(option, options, n=1)
+    hint = f"; did you mean {group}={close[0]}?" if close else ""
+    listed = f" (options: {', '.join(options)})" if options else ""
+    return f"{group}={option} is not an option{hint}{listed}" if group else f"{missing} not found{listed}"
+
+
+def _compose(args: list[str]) -> DictConfig | None:
+    """The config the other overrides compose to (for suggestions), or None if they do not compose either."""
+    from hydra import compose, initialize_config_module
+
+    overrides = [a for a in args if not a.startswith("-") and "=" in a and not a.startswith("hydra")]
+    try:
+        with initialize_config_module(config_module="forge_exp.conf", version_base=None):
+            return compose(config_name="config", overrides=overrides)
+    except Exception:  # noqa: BLE001 — no suggestion then
+        return None
 
 
 if __name__ == "__main__":

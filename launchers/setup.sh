@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up forge-exp in ./.venv from scratch (idempotent: a second run only checks).
+# Sets up forge-exp in ./.venv from scratch. Idempotent: a second run checks a stamp and returns in a second.
 #   bash launchers/setup.sh          # the package, for running experiments
 #   bash launchers/setup.sh --test   # + test/sweep/notebook extras and the Debian packages the tests start
 #                                    #   (SLURM daemons, munge, Chromium)
@@ -11,29 +11,48 @@ TEST=0
 [[ "${1:-}" == "--test" ]] && TEST=1
 PY=${PYTHON:-python3}
 TORCH=${FORGE_EXP_TORCH:-torch==2.13.0}
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+
+# What the install depends on: a change to any of these makes the next run install again.
+extras=$([[ $TEST == 1 ]] && echo "[sweep,notebook,test]" || echo "")
+stamp=".venv/.forge-exp-setup$( [[ $TEST == 1 ]] && echo -test )"
+want=$(cat pyproject.toml launchers/apt-packages.txt tests/browser/package-lock.json 2>/dev/null | sha256sum | cut -c1-16)
+want="$want $TORCH $extras"
 
 if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
+  "${PIP[@]}" --upgrade pip
 fi
-.venv/bin/python -m pip install -q --upgrade pip
+if [[ -f $stamp && "$(cat "$stamp")" == "$want" ]]; then
+  echo "forge-exp is set up in $(pwd)/.venv (unchanged since the last setup)"
+  exit 0
+fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  .venv/bin/python -m pip install -q "$TORCH"
+  "${PIP[@]}" "$TORCH"
+fi
+# setuptools' build backend prints its deprecation notices on stderr: keep them only if the install fails
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! "${PIP[@]}" -e ".$extras" 2>"$log"; then
+  cat "$log" >&2
+  exit 1
 fi
 if [[ $TEST == 1 ]]; then
-  .venv/bin/python -m pip install -q -e ".[sweep,notebook,test]"
   if [[ -f launchers/apt-packages.txt ]]; then
     pkgs=$(grep -v '^\s*#' launchers/apt-packages.txt | xargs)
     missing=$(for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done | xargs)
     if [[ -n "$missing" ]]; then
       SUDO=""; [[ $(id -u) != 0 ]] && SUDO=sudo
-      $SUDO apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+      if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+               --no-install-recommends $missing; } >"$log" 2>&1; then
+        cat "$log" >&2
+        exit 1
+      fi
     fi
   fi
   if [[ -f tests/browser/package.json ]]; then
     (cd tests/browser && npm install --silent --no-audit --no-fund)
   fi
-else
-  .venv/bin/python -m pip install -q -e .
 fi
+echo "$want" > "$stamp"
 echo "forge-exp is set up in $(pwd)/.venv"

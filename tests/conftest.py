@@ -33,3 +33,15 @@ def _monarch_fault_hook():
 def warmstart_cache(tmp_path_factory):
     """One warm-start cache for every end-to-end run of the session: the first run trains it, the others load it."""
     return tmp_path_factory.mktemp("warmstart-cache")
+
+
+# The fast tier (`pytest -m "not slow"`, a few minutes on 2 cores) leaves out whatever starts the platform for real:
+# whole CLI runs, sweeps, the SLURM daemons, the MLflow server, the browser. The full suite (.ci/run) runs them all.
+SLOW_DIRS = ("e2e", "sweeps", "launchers", "browser")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        if parts and parts[0] in SLOW_DIRS:
+            item.add_marker(pytest.mark.slow)

@@ -146,7 +146,7 @@ def logprobs_of(model, batch, device):
 
 def check_model(report: Report, device: torch.device) -> None:
     from forge_exp.rl.losses import GRPOLoss
-    from forge_exp.rl.update import policy_update
+    from forge_exp.trainers.update import policy_update
 
     model, _ = small_model()
     batch = fixed_batch()

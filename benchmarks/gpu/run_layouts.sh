@@ -11,8 +11,8 @@
 #   bash benchmarks/gpu/run_layouts.sh three_gpu_2gen  # 4 GPUs: + a second generator replica on 3  (needs x4)
 #
 # Writes $OUT/peak_<layout>.json (the bf16 matmul rate and copy bandwidth MFU is taken against, measured first, in
-# the same call: benchmarks/gpu/peak.py), $OUT/<layout>.log (the run's output) and $OUT/<layout>.json
-# (benchmarks/gpu/summarize.py).
+# the same call: benchmarks/gpu/peak.py), $OUT/<layout>.config.yaml (the composed config: `forge-exp ... --cfg job`),
+# $OUT/<layout>.log (the run's output) and $OUT/<layout>.json (benchmarks/gpu/summarize.py).
 set -euo pipefail
 LAYOUT=${1:?layout: single_gpu | multi_gpu | three_gpu | three_gpu_2gen}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,15 +30,16 @@ case $LAYOUT in
 esac
 ARGS=(
   "${SERVICES[@]}"
-  model.name=qwen3_1_7b model.source=hf "model.path=$BENCH/qwen3_1_7b" model.dtype=bfloat16
-  dataset=jsonl "dataset.path='$BENCH/data/{split}.jsonl'" dataset.system_prompt=none dataset.eval_size=null
-  dataset.max_new_tokens=512 reward=math
+  model=qwen3_1_7b "model.path=$BENCH/qwen3_1_7b"
+  dataset=jsonl "dataset.train_path=$BENCH/data/train.jsonl" "dataset.eval_path=$BENCH/data/test.jsonl"
+  dataset.system_prompt=none dataset.eval_size=null dataset.max_new_tokens=512 reward=math
   algorithm=grpo algorithm.group_size=8 "algorithm.prompts_per_step=$PROMPTS" algorithm.grad_accum=4
-  "steps=$STEPS" warmstart.steps=0 progress=false name=gpu_$LAYOUT
+  "steps=$STEPS" progress=false name=gpu_$LAYOUT
   "tracking.uri=sqlite:///$BENCH/$LAYOUT/mlflow.db" "hydra.run.dir=$BENCH/$LAYOUT/run"
 )
 COMMAND="forge-exp ${ARGS[*]}"
 echo "$COMMAND"
+(cd "$BENCH" && forge-exp "${ARGS[@]}" --cfg job > "$OUT/$LAYOUT.config.yaml")  # what the numbers describe
 python3 "$REPO/benchmarks/gpu/peak.py" --out "$OUT/peak_$LAYOUT.json" > /dev/null
 
 # GPU memory, sampled every 0.5 s: per GPU and per process (CUDA context + PyTorch's allocator reserve)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from monarch.actor import Actor, endpoint
 
-from forge_exp.config.dataset import DatasetConfig, build_dataset
-from forge_exp.config.model import ModelConfig, build_tokenizer
 from forge_exp.rl.types import Problem
+from forge_exp.runtime.build import build
 
 
 class DatasetService(Actor):
-    def __init__(self, dataset: DatasetConfig, model: ModelConfig, *, devices, threads):
-        train_factory, self.heldout = build_dataset(dataset, build_tokenizer(model))
+    def __init__(self, dataset, model, *, devices, threads):
+        train_factory, self.heldout = build(dataset, "dataset").problems(build(model, "model").tokenizer())
         self.train = iter(train_factory())
 
     @endpoint

@@ -1,31 +1,29 @@
-"""Generator service: samples groups of completions with the latest weights it has received."""
+"""Generator service: samples groups of completions with the latest weights it has received, through the engine
+`generator=` names (generators/)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-import torch
 from monarch.actor import Actor, concurrent_endpoint, endpoint
 
 from forge_exp.actors.placement import place
-from forge_exp.config.model import ModelConfig, build_model
-from forge_exp.models.generate import generate
+from forge_exp.generators.base import Sampling
 from forge_exp.rl.types import Completion, Group, Problem
+from forge_exp.runtime.build import build
 
 
 class Generator(Actor):
-    def __init__(self, model: ModelConfig, init_path: str | None, seed: int, *, devices, threads):
+    def __init__(self, generator, model, init_path: str | None, seed: int, *, devices, threads):
         self.device = place(devices, threads, seed)
-        if init_path:
-            model = ModelConfig(**{**model.__dict__, "path": init_path})
-        self.model, self.tokenizer = build_model(model, self.device)
-        self.model.eval()
+        self.engine = build(generator, "generator", model=build(model, "model").loading(init_path),
+                            device=self.device, seed=seed)
+        self.tokenizer = self.engine.tokenizer
         self.version = 0
-        self._pending: tuple[int, dict] | None = None
+        self._pending: tuple[int, object] | None = None
         self._sync_seconds = 0.0
         self._lock = asyncio.Lock()
-        self._rng = torch.Generator(device=self.device).manual_seed(seed)
 
     @concurrent_endpoint
     async def receive_weights(self, ref) -> str:
@@ -35,7 +33,7 @@ class Generator(Actor):
         from forge_exp.runtime.weight_sync import TAKEN, WeightReceiver
 
         if getattr(self, "_receiver", None) is None:
-            self._receiver = WeightReceiver(self.model, self.device)
+            self._receiver = WeightReceiver(self.engine.parameters(), self.device)
         got = self._receiver.receive(ref)
         if got in TAKEN:
             self._pending = (ref.version, self._receiver)
@@ -47,7 +45,7 @@ class Generator(Actor):
         t0 = time.perf_counter()
         version, receiver = self._pending
         self._pending = None
-        receiver.load()
+        receiver.load(self.engine.load_weights)
         self.version = version
         self._sync_seconds = time.perf_counter() - t0
 
@@ -55,47 +53,29 @@ class Generator(Actor):
     async def generate(
         self, problems: list[Problem], n: int, temperature: float, top_p: float, max_new_tokens: int
     ) -> tuple[list[Group], dict[str, float]]:
-        """n completions of each problem, sampled in one batch. Returns the groups and generation metrics."""
+        """n completions of each problem. Returns the groups and generation metrics."""
         async with self._lock:
             self._load_pending()
-            return await asyncio.to_thread(self._generate, problems, n, temperature, top_p, max_new_tokens)
-
-    def _generate(self, problems, n, temperature, top_p, max_new_tokens):
-        t0 = time.perf_counter()
-        prompts = [self.tokenizer.encode(p.prompt) for p in problems]
-        rows = [ids for ids in prompts for _ in range(n)]
-        outs = generate(
-            self.model,
-            rows,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            eos_id=self.tokenizer.eos_token_id,
-            pad_id=self.tokenizer.pad_token_id,
-            generator=self._rng,
-        )
-        groups = []
-        for i, problem in enumerate(problems):
-            completions = [
-                Completion(
-                    prompt_ids=prompts[i],
-                    token_ids=o.token_ids,
-                    logprobs=o.logprobs,
-                    stop_reason=o.stop_reason,
-                    policy_version=self.version,
-                    text=self.tokenizer.decode(o.token_ids, skip_special_tokens=True),
-                )
-                for o in outs[i * n : (i + 1) * n]
-            ]
-            groups.append(Group(problem=problem, completions=completions))
+            version = self.version
+            t0 = time.perf_counter()
+            prompts = [self.tokenizer.encode(p.prompt) for p in problems]
+            outs = await self.engine.generate(prompts, Sampling(n, temperature, top_p, max_new_tokens))
         seconds = time.perf_counter() - t0
-        tokens = sum(len(o.token_ids) for o in outs)
+        groups = [
+            Group(problem=problem, completions=[
+                Completion(prompt_ids=ids, token_ids=o.token_ids, logprobs=o.logprobs, stop_reason=o.stop_reason,
+                           policy_version=version, text=self.tokenizer.decode(o.token_ids, skip_special_tokens=True))
+                for o in group
+            ])
+            for problem, ids, group in zip(problems, prompts, outs)
+        ]
+        tokens = sum(len(o.token_ids) for group in outs for o in group)
         return groups, {
             "generator/seconds": seconds,
             "generator/tokens": tokens,
             "generator/tokens_per_s": tokens / max(seconds, 1e-9),
             "generator/sync_seconds": self._sync_seconds,
-            "generator/version": self.version,
+            "generator/version": version,
         }
 
     @endpoint

@@ -6,17 +6,15 @@ import torch
 from monarch.actor import Actor, endpoint
 
 from forge_exp.actors.placement import place
-from forge_exp.config.model import ModelConfig, build_model
 from forge_exp.models.logprobs import sequence_logprobs
 from forge_exp.rl.types import TrainBatch
+from forge_exp.runtime.build import build
 
 
 class ReferenceModel(Actor):
-    def __init__(self, model: ModelConfig, init_path: str | None, temperature: float, *, devices, threads):
+    def __init__(self, model, init_path: str | None, temperature: float, *, devices, threads):
         self.device = place(devices, threads)
-        if init_path:
-            model = ModelConfig(**{**model.__dict__, "path": init_path})
-        self.model, _ = build_model(model, self.device)
+        self.model = build(model, "model").loading(init_path).build(self.device)
         self.model.eval().requires_grad_(False)
         self.temperature = temperature
 

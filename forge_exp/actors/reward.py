@@ -5,13 +5,14 @@ from __future__ import annotations
 from monarch.actor import Actor, endpoint
 
 from forge_exp.config.reward import RewardConfig
-from forge_exp.rewards.combine import build_reward, score_group
+from forge_exp.rewards.combine import score_group
 from forge_exp.rl.types import Group
+from forge_exp.runtime.build import build_reward
 
 
 class RewardWorker(Actor):
     def __init__(self, reward: RewardConfig, *, devices, threads):
-        self.reward = build_reward(reward.functions, reward.failure_value)
+        self.reward = build_reward(reward)
         self.accuracy_from = self.reward.names[0]  # by convention the first function listed checks correctness
 
     @endpoint

@@ -1,4 +1,6 @@
-"""Trainer service: owns the policy weights and the optimizer; publishes each new version to the generators."""
+"""Trainer service: owns the policy weights and the optimizer, through the engine `trainer=` names
+(trainers/hf.py, ...); publishes each new version to the generators. The same endpoints serve the GRPO family
+(train_step) and SFT (sft_step, sft_eval)."""
 
 from __future__ import annotations
 
@@ -6,48 +8,49 @@ import time
 
 from monarch.actor import Actor, endpoint
 
-from forge_exp.actors.policy import load_policy
-from forge_exp.config.algorithm import AlgorithmConfig
-from forge_exp.config.model import ModelConfig
-from forge_exp.models.checkpoint import save_hf_checkpoint
-from forge_exp.models.warmstart import warmstart
+from forge_exp.actors.placement import place
+from forge_exp.config.algorithm import SFTAlgorithm
 from forge_exp.rl.types import TrainBatch
-from forge_exp.rl.update import available_inputs, policy_update
+from forge_exp.trainers.update import available_inputs
+from forge_exp.runtime.build import build
 from forge_exp.runtime.weight_sync import WeightPublisher, push
 
 
 class Trainer(Actor):
-    def __init__(
-        self,
-        model: ModelConfig,
-        algorithm: AlgorithmConfig,
-        init_path: str | None,
-        seed: int,
-        resume_step: int = 0,
-        *,
-        devices,
-        threads,
-    ):
-        self.policy = load_policy(
-            model, algorithm, init_path, seed, resume_step, available_inputs(algorithm.beta), devices, threads
+    def __init__(self, trainer, model, algorithm, init_path: str | None, seed: int, resume_step: int = 0,
+                 total_steps: int = 0, *, devices, threads):
+        device = place(devices, threads, seed)
+        sft = isinstance(algorithm, SFTAlgorithm)
+        if sft:
+            from forge_exp.trainers.sft import SFT_INPUTS as inputs
+        else:
+            inputs = available_inputs(algorithm.beta)
+        self.engine = build(
+            trainer, "trainer", model=build(model, "model"), loss=build(algorithm.loss, "algorithm.loss"),
+            device=device, lr=algorithm.lr, weight_decay=algorithm.weight_decay, loss_inputs=inputs,
+            init_path=init_path, resume_step=resume_step,
         )
-        self.model, self.tokenizer, self.optimizer = self.policy.model, self.policy.tokenizer, self.policy.optimizer
+        if sft:
+            self.engine.lr_schedule(algorithm.warmup_steps, total_steps)
         self.algorithm = algorithm
         self.version = resume_step
 
     @endpoint
     async def train_step(self, batch: TrainBatch) -> dict[str, float]:
         a = self.algorithm
-        metrics = policy_update(
-            self.policy,
-            batch,
-            grad_accum=a.grad_accum,
-            max_grad_norm=a.max_grad_norm,
-            temperature=a.temperature,
-            mask_truncated=a.overlong_filter,
-        )
+        metrics = self.engine.train_step(batch, grad_accum=a.grad_accum, max_grad_norm=a.max_grad_norm,
+                                         temperature=a.temperature, mask_truncated=a.overlong_filter)
         self.version += 1
         return {**metrics, "train/version": self.version}
+
+    @endpoint
+    async def sft_step(self, batch) -> dict[str, float]:
+        a = self.algorithm
+        return self.engine.sft_step(batch, grad_accum=a.grad_accum, max_grad_norm=a.max_grad_norm)
+
+    @endpoint
+    async def sft_eval(self, batches: list) -> dict[str, float]:
+        return self.engine.sft_eval(batches)
 
     @endpoint
     async def push_weights(self, generators) -> float:
@@ -56,22 +59,19 @@ class Trainer(Actor):
         or CPU tensors in the message."""
         t0 = time.perf_counter()
         if getattr(self, "_publisher", None) is None:  # made on the first push: it holds the shared GPU buffer
-            self._publisher = WeightPublisher(self.model)
+            self._publisher = WeightPublisher(self.engine.model)
         await push(self._publisher, generators, self.version)
         return time.perf_counter() - t0
 
     @endpoint
     async def warm_start(self, problems: list, ws, directory: str) -> dict:
-        """Supervised warm start of the policy in place (config.run.WarmstartConfig), saved in HF format to
+        """Supervised warm start of the policy in place (config.model.WarmstartConfig), saved in HF format to
         `directory` for later runs."""
-        metrics = warmstart(
-            self.model, self.tokenizer, problems, steps=ws.steps, lr=ws.lr, batch_size=ws.batch_size,
-            target_accuracy=ws.target_accuracy,
-        )
-        save_hf_checkpoint(self.model, self.tokenizer, directory)
+        metrics = self.engine.warm_start(problems, ws.steps, ws.lr, ws.batch_size, ws.target_accuracy)
+        self.engine.save(directory, optimizer=False)
         return metrics
 
     @endpoint
-    async def save(self, directory: str, metadata: dict | None = None) -> str:
+    async def save(self, directory: str, metadata: dict | None = None, optimizer: bool = True) -> str:
         """HF-format weights + tokenizer (+ optimizer state and metadata files), written atomically."""
-        return str(save_hf_checkpoint(self.model, self.tokenizer, directory, metadata, optimizer=self.optimizer))
+        return self.engine.save(directory, metadata, optimizer)

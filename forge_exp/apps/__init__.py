@@ -5,9 +5,11 @@ from __future__ import annotations
 
 
 async def run_app(config, runtime, tracker, resume=None) -> dict[str, float]:
+    from forge_exp.config.algorithm import SFTAlgorithm
+
     if config.mode == "eval":
         from forge_exp.apps import eval as app
-    elif config.algorithm.name == "sft":
+    elif isinstance(config.algorithm, SFTAlgorithm):
         from forge_exp.apps import sft as app
     else:
         return await _grpo(config, runtime, tracker, resume)

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
+from forge_exp.config.enums import plain
 from forge_exp.rl.types import Problem
 from forge_exp.runtime.services import Service
 
@@ -33,25 +34,23 @@ async def evaluate(cfg, generator: Service, reward: Service, problems: list[Prob
 
 
 def warm_start_dir(cfg) -> Path:
-    """Cache key: everything that changes the warm-started weights (model, task, warm-start settings, seed)."""
-    key = json.dumps(
-        {"model": asdict(cfg.model), "dataset": asdict(cfg.dataset), "warmstart": asdict(cfg.warmstart),
-         "seed": cfg.seed},
-        sort_keys=True,
-        default=str,
-    )
+    """Cache key: everything that changes the warm-started weights (model and its warm-start settings, task,
+    seed)."""
+    key = json.dumps({"model": asdict(cfg.model), "dataset": asdict(cfg.dataset), "seed": cfg.seed},
+                     sort_keys=True, default=plain)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    root = Path(cfg.warmstart.cache_dir or os.path.join(Path.home(), ".cache", "forge-exp", "warmstart"))
+    root = Path(cfg.model.warmstart.cache_dir or os.path.join(Path.home(), ".cache", "forge-exp", "warmstart"))
     return root / f"{cfg.model.name}-{digest}"
 
 
 def wants_warm_start(cfg) -> bool:
-    """Only a randomly initialised model needs one (see config.run.WarmstartConfig)."""
-    return cfg.warmstart.steps > 0 and cfg.model.source == "tiny" and not cfg.model.path
+    """Only a randomly initialised model needs one, and only it has the settings (config.model.WarmstartConfig)."""
+    ws = getattr(cfg.model, "warmstart", None)
+    return ws is not None and ws.steps > 0 and not cfg.model.path
 
 
 async def warm_start(cfg, trainer: Service, dataset: Service) -> dict[str, float]:
     """Supervised warm start of the trainer's weights on the training task, saved to warm_start_dir(cfg)."""
-    ws = cfg.warmstart
+    ws = cfg.model.warmstart
     problems = await dataset.route().sample.call_one(ws.steps * ws.batch_size)
     return await trainer.route().warm_start.call_one(problems, ws, str(warm_start_dir(cfg)))

@@ -12,26 +12,22 @@ local HF model directory can be evaluated:
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from forge_exp.actors.generator import Generator
 from forge_exp.actors.reward import RewardWorker
 from forge_exp.apps.common import evaluate
-from forge_exp.config.dataset import build_dataset
-from forge_exp.config.model import build_tokenizer
+from forge_exp.runtime.build import build
 from forge_exp.runtime.services import Runtime
 from forge_exp.tracking.mlflow import Tracker
 
 
 async def run(cfg, runtime: Runtime, tracker: Tracker, resume=None) -> dict[str, float]:
-    # Only the held-out split is read: the train split (which may not even be there) is pointed at it too.
-    split = cfg.dataset.eval_split or cfg.dataset.split
-    _, problems = build_dataset(dataclasses.replace(cfg.dataset, split=split), build_tokenizer(cfg.model))
+    problems = build(cfg.dataset, "dataset").eval_problems(build(cfg.model, "model").tokenizer())
     if not problems:
-        raise ValueError(f"dataset {cfg.dataset.name} has no held-out problems to evaluate: set dataset.eval_split "
+        raise ValueError(f"dataset {cfg.dataset.name} has no held-out problems to evaluate: set its eval split "
                          f"and a dataset.eval_size > 0 (null = the whole split)")
-    generator = runtime.spawn("generator", Generator, cfg.model, None, cfg.seed)
+    generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed)
     reward = runtime.spawn("reward", RewardWorker, cfg.reward)
     t0 = time.perf_counter()
     metrics = await evaluate(cfg, generator, reward, problems, step=0)

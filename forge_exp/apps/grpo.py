@@ -12,9 +12,10 @@ is `build()`; the algorithm itself is `train()` and `rollouts()` below.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import logging
 import statistics
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,9 @@ from forge_exp.rl.filters import DynamicSampling
 from forge_exp.rl.types import Group
 from forge_exp.runtime.services import Runtime, Service
 from forge_exp.tracking.mlflow import Tracker
+
+log = logging.getLogger(__name__)
+STALL_STEPS = 10  # steps in a row with no group of mixed rewards before the run says it is learning nothing
 
 
 @dataclass
@@ -68,12 +72,12 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
         init_path = str(warm_start_dir(cfg))
         cached = (warm_start_dir(cfg) / "config.json").exists()
     trainer = runtime.spawn(
-        "trainer", Trainer, cfg.model, cfg.algorithm, init_path if cached else None, cfg.seed,
+        "trainer", Trainer, cfg.trainer, cfg.model, cfg.algorithm, init_path if cached else None, cfg.seed,
         resume_step=resume.step if resume else 0,
     )
     if init_path and not cached:
         warm = await warm_start(cfg, trainer, dataset)
-    generator = runtime.spawn("generator", Generator, cfg.model, init_path, cfg.seed)
+    generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, init_path, cfg.seed)
     reward = runtime.spawn("reward", RewardWorker, cfg.reward)
     buffer = runtime.spawn("replay_buffer", ReplayBufferService, cfg.algorithm.max_policy_age, cfg.seed)
     ref_model = None
@@ -108,7 +112,9 @@ async def rollouts(cfg, h: Handles, state: LoopState) -> None:
         if sampler.exhausted:  # rather than stall: top up with the dropped groups (zero advantage)
             kept = {id(g) for g in groups}
             groups += [g for g in seen if id(g) not in kept][: sampler.needed]
-        episodes = to_episodes(groups, a.advantage, a.overlong_penalty, cfg.dataset.max_new_tokens, a.overlong_buffer_len)
+        max_len = cfg.dataset.max_new_tokens
+        episodes = to_episodes(groups, a.advantage, a.advantage_eps, a.overlong_penalty, max_len,
+                               a.overlong_buffer_len(max_len))
         if h.ref_model is not None:
             ref = await h.ref_model.route().logprobs.call_one(collate_episodes(episodes, h.pad_id))
             for e, row in zip(episodes, ref):
@@ -147,6 +153,7 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
     state = LoopState(published=first - 1, episodes_added=(first - 1) * a.prompts_per_step * a.group_size)
     rollout_task = asyncio.create_task(rollouts(cfg, h, state))
     bar = tqdm(total=cfg.steps, initial=first - 1, desc="grpo", disable=not cfg.progress, dynamic_ncols=True)
+    stalled = 0  # steps in a row on which every group's rewards were all equal (zero advantage: no gradient)
     try:
         for step in range(first, cfg.steps + 1):
             t0 = time.perf_counter()
@@ -178,11 +185,19 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
                 tracker.flush()
             if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
                 await save_checkpoint(cfg, h.trainer, tracker, step)
+            stalled = stalled + 1 if metrics.get("filter/zero_variance_frac") == 1.0 else 0
+            if stalled == STALL_STEPS:  # once per stall
+                msg = (f"every group has had zero reward variance for {STALL_STEPS} steps (reward/mean "
+                       f"{metrics.get('reward/mean', float('nan')):.3f}): advantages are 0 and the policy does not "
+                       f"move; check the reward functions, the task's difficulty, and algorithm.temperature")
+                log.warning(msg)
+                bar.write(f"forge-exp: warning: {msg}")
             bar.update(1)
             bar.set_postfix(
                 reward=f"{metrics.get('reward/mean', float('nan')):.2f}",
                 acc=f"{metrics.get('rollout/accuracy', float('nan')):.2f}",
                 tok_s=f"{metrics.get('generator/tokens_per_s', 0):.0f}",
+                **({"stalled": stalled} if stalled >= STALL_STEPS else {}),
             )
     finally:
         state.done = True

@@ -1,7 +1,7 @@
 """Supervised fine-tuning: next-token likelihood of the assistant's tokens, on packed rows.
 
     build:  rows → examples (loss mask on assistant tokens) → packed rows, in this process (data/sft.py);
-            the SFT trainer on the `trainer` mesh (actors/sft.py)
+            the trainer on the `trainer` mesh (actors/trainer.py: sft_step, sft_eval)
     loop over steps:
         next batch of packed rows ─▶ trainer.train_step ─▶ loss, lr, grad norm, token accuracy
         every eval.every steps (and at the start and the end): loss on the eval split
@@ -10,7 +10,7 @@
 
     forge-exp algorithm=sft dataset=jsonl dataset.path=/data/{split}.jsonl steps=500
 
-The warm start (warmstart.*) is a GRPO-run feature and is not used here: SFT starts from `model` as configured.
+The warm start (model.warmstart) is a GRPO-run feature and is not used here: SFT starts from `model` as configured.
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from forge_exp.actors.sft import SFT_INPUTS, SFTTrainer
+from forge_exp.actors.trainer import Trainer
 from forge_exp.apps.checkpoint import ResumeState, save_checkpoint
-from forge_exp.config.algorithm import build_loss
-from forge_exp.config.model import build_tokenizer
 from forge_exp.data.sft import SFTData, describe
-from forge_exp.rl.losses import check_loss_inputs
+from forge_exp.runtime.build import build
 from forge_exp.runtime.services import Runtime, Service
 from forge_exp.tracking.mlflow import Tracker
 
@@ -35,14 +33,14 @@ METADATA = "forge_exp_sft.json"
 
 async def run(cfg, runtime: Runtime, tracker: Tracker, resume: ResumeState | None = None) -> dict[str, float]:
     a = cfg.algorithm
-    check_loss_inputs(build_loss(a.loss), SFT_INPUTS, key="algorithm.loss (algorithm=sft)")
-    data = SFTData(cfg.dataset, build_tokenizer(cfg.model), a.max_seq_len, a.batch_size, a.packing)
+    data = SFTData(build(cfg.dataset, "dataset"), build(cfg.model, "model").tokenizer(), a.max_seq_len,
+                   a.batch_size, a.packing)
     heldout = data.eval_batches()
     first = resume.step + 1 if resume else 1
     batches = data.train_batches(skip=first - 1)  # the stream is seeded: a resumed run sees the same batches
     trainer = runtime.spawn(
-        "trainer", SFTTrainer, cfg.model, a, cfg.steps, str(resume.path) if resume else None, cfg.seed,
-        resume_step=resume.step if resume else 0,
+        "trainer", Trainer, cfg.trainer, cfg.model, a, str(resume.path) if resume else None, cfg.seed,
+        resume_step=resume.step if resume else 0, total_steps=cfg.steps,
     )
     if resume:  # the start-of-run evaluation was logged by the run being resumed
         start = {"eval/loss": tracker.metric_at("eval/loss", 0)} if heldout else {}
@@ -57,7 +55,7 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume: ResumeState | Non
             batch = next(batches)
             if step == first:
                 tracker.log_table(describe(batch, data.tokenizer), "samples/sft_examples.json")
-            metrics = await trainer.route().train_step.call_one(batch)
+            metrics = await trainer.route().sft_step.call_one(batch)
             metrics.update(data.metrics())
             metrics["time/step_seconds"] = time.perf_counter() - t0
             if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
@@ -86,4 +84,4 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume: ResumeState | Non
 
 async def evaluate(trainer: Service, heldout: list) -> dict[str, float]:
     """Loss on the eval rows ({} without an eval split)."""
-    return await trainer.route().evaluate.call_one(heldout) if heldout else {}
+    return await trainer.route().sft_eval.call_one(heldout) if heldout else {}

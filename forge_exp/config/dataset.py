@@ -1,102 +1,108 @@
-"""Schema of the `dataset` config group: where prompts and targets come from (conf/dataset/*.yaml).
+"""Schemas of the `dataset` group (conf/dataset/*.yaml): where prompts and targets come from, built through
+`_target_` into a problem source with `problems(tokenizer) -> (train stream factory, eval problems)`:
 
-    source=arithmetic            the synthetic task (forge_exp/data/arithmetic.py): digits, ops, eval_size
-    source=hf                    a Hub dataset: path=openai/gsm8k, subset=main, split/eval_split
-    source=jsonl | parquet       local files: path=data/{split}.jsonl ({split} → split / eval_split)
+    arithmetic       the synthetic task (data/arithmetic.py: ArithmeticTask)
+    gsm8k, math      a Hub dataset (data/hf.py: HubProblems), from the local datasets cache when offline
+    jsonl, parquet   local files (data/hf.py: FileProblems): dataset.train_path=..., dataset.eval_path=...
+
+Every dataset says how long responses may be (`max_new_tokens`: the generator's budget, DAPO's L_max, Dr. GRPO's
+horizon) — a property of the task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Optional
 
-if TYPE_CHECKING:  # the schema stays importable without torch
-    from forge_exp.rl.types import Problem
-
-SOURCES = ("arithmetic", "hf", "jsonl", "parquet")
-TARGET_FORMATS = ("gsm8k", "boxed", "raw")  # see forge_exp/data/hf.py:extract_target
-ARITHMETIC_OPS = "+-*"
+from forge_exp.config.checks import FieldError, at_least, not_empty
+from forge_exp.config.enums import TargetFormat
+from forge_exp.data.prompts import PLAIN_TEMPLATE
 
 
 @dataclass
-class DatasetConfig:
-    name: str = "arithmetic"
-    source: str = "arithmetic"  # one of SOURCES
-    path: Optional[str] = None  # hub id (source=hf) or local file, may contain {split} (jsonl, parquet)
-    subset: Optional[str] = None  # hub config name, e.g. "main" for openai/gsm8k (source=hf only)
-    split: str = "train"
-    eval_split: Optional[str] = "test"  # held-out split; null = no eval set
-    eval_size: Optional[int] = 200  # eval problems (the first N rows); null = the whole eval split; 0 = none
-    streaming: bool = False  # read the Hub / files lazily instead of loading them (large datasets)
-    shuffle_buffer: int = 1000  # streaming only: rows held for shuffling
-    question_key: str = "question"  # row field with the question
-    answer_key: str = "answer"  # row field the target is extracted from
-    target_format: str = "raw"  # gsm8k: after '####' | boxed: last \boxed{} of a solution | raw: as is
-    system_prompt: str = "think_answer"  # preset in data/prompts.py (think_answer, boxed, none) or literal text
-    use_chat_template: bool = True  # the tokenizer's chat template; false: plain "User: ... Assistant:"
-    max_prompt_tokens: int = 512  # longer prompts are skipped, not truncated
+class DatasetBase:
+    _target_: str = "forge_exp.data.arithmetic.ArithmeticTask"
+    name: str = "dataset"
     max_new_tokens: int = 512  # response budget the generator samples up to
-    seed: int = 0  # train order (reshuffled per epoch) and the arithmetic task's problems
-    # the synthetic arithmetic task (source=arithmetic), read by forge_exp/data/arithmetic.py; its held-out set
-    # has eval_size problems
+    eval_size: Optional[int] = None  # held-out problems (the first N rows); null = the whole eval split; 0 = none
+    seed: int = 0  # train order (reshuffled per epoch); the arithmetic task's problems
+
+    def __post_init__(self) -> None:
+        at_least("max_new_tokens", self.max_new_tokens, 1)
+        if self.eval_size is not None:
+            at_least("eval_size", self.eval_size, 0, "null = the whole eval split, 0 = none")
+
+
+@dataclass
+class ArithmeticDataset(DatasetBase):
+    name: str = "arithmetic"
+    max_new_tokens: int = 8
+    eval_size: Optional[int] = 200
     digits: int = 2  # digits per operand
     ops: str = "+"  # operators to draw from, any of "+-*/"
 
     def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"dataset.source must be one of {SOURCES}, got {self.source!r}")
-        if self.target_format not in TARGET_FORMATS:
-            raise ValueError(f"dataset.target_format must be one of {TARGET_FORMATS}, got {self.target_format!r}")
-        for key in ("max_prompt_tokens", "max_new_tokens", "shuffle_buffer"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"dataset.{key} must be >= 1, got {getattr(self, key)}")
-        if self.eval_size is not None and self.eval_size < 0:
-            raise ValueError(f"dataset.eval_size must be >= 0 or null (the whole eval split), got {self.eval_size}")
-        if not self.split:
-            raise ValueError("dataset.split must name a split, e.g. train")
-        if self.source == "arithmetic":
-            self._check_arithmetic()
-        else:
-            self._check_files()
+        super().__post_init__()
+        from forge_exp.data.arithmetic import OPS, max_eval_size
 
-    def _check_arithmetic(self) -> None:
         if not 1 <= self.digits <= 18:
-            raise ValueError(f"dataset.digits must be in [1, 18], got {self.digits}")
-        if not self.ops or any(op not in ARITHMETIC_OPS for op in self.ops):
-            raise ValueError(f"dataset.ops must be a non-empty string of operators from {ARITHMETIC_OPS!r}, "
-                             f"got {self.ops!r}")
+            raise FieldError("digits", f"must be in [1, 18], got {self.digits}")
+        if not self.ops or any(op not in OPS for op in self.ops) or len(set(self.ops)) != len(self.ops):
+            raise FieldError("ops", f"must be distinct operators of {OPS!r}, got {self.ops!r}")
         if self.eval_size is None:
-            raise ValueError("dataset.eval_size must be a number for source=arithmetic (the held-out set size)")
-
-    def _check_files(self) -> None:
-        if not self.path:
-            example = "openai/gsm8k" if self.source == "hf" else f"data/{{split}}.{self.source}"
-            raise ValueError(f"dataset.path is required when dataset.source={self.source} (e.g. {example})")
-        for key in ("question_key", "answer_key"):
-            if not getattr(self, key):
-                raise ValueError(f"dataset.{key} must name a field of the rows")
-        if self.source == "hf":
-            return
-        if self.subset is not None:
-            raise ValueError(f"dataset.subset is for Hub datasets (source=hf); with source={self.source} "
-                             f"put the file in dataset.path and set subset to null")
-        if self.eval_split is not None and "{split}" not in self.path:
-            raise ValueError(
-                f"dataset.eval_split={self.eval_split!r} needs a {{split}} placeholder in dataset.path "
-                f"(e.g. data/{{split}}.{self.source}) to find the eval file; got {self.path!r}. "
-                f"Set dataset.eval_split=null to train without an eval set"
-            )
+            raise FieldError("eval_size", "must be a number for the arithmetic task (the held-out set size)")
+        if self.eval_size > max_eval_size(self.digits, self.ops):
+            raise FieldError("eval_size", f"must be <= {max_eval_size(self.digits, self.ops)} for digits="
+                                          f"{self.digits}, ops={self.ops!r}, got {self.eval_size}")
 
 
-def build_dataset(cfg: DatasetConfig, tokenizer: Any) -> tuple[Callable[..., Iterator[Problem]], list[Problem]]:
-    """(train iterator factory, eval problems). `train_iter_factory()` yields Problems without end, reshuffled
-    every epoch; `eval_problems` is a fixed held-out list."""
-    if cfg.source == "arithmetic":
-        from forge_exp.data.arithmetic import ArithmeticTask
+@dataclass
+class RowDataset(DatasetBase):
+    """Rows with a question field and an answer field (data/hf.py: RowProblems)."""
 
-        task = ArithmeticTask(digits=cfg.digits, ops=cfg.ops, heldout_size=cfg.eval_size)
-        return (lambda: task.train_stream(cfg.seed)), task.heldout()
-    from forge_exp.data import hf
+    question_key: str = "question"  # row field with the question
+    answer_key: str = "answer"  # row field the target is extracted from
+    target_format: TargetFormat = TargetFormat.raw  # gsm8k: after '####' | boxed: last \boxed{} | raw: as is
+    system_prompt: str = "think_answer"  # preset in data/prompts.py (think_answer, boxed, none) or literal text
+    use_chat_template: Optional[bool] = None  # null: the tokenizer's chat template when it has one
+    template: str = PLAIN_TEMPLATE  # without a chat template: the text around {question}
+    max_prompt_tokens: int = 512  # longer prompts are skipped, not truncated
+    streaming: bool = False  # read lazily instead of loading (large datasets)
+    shuffle_buffer: int = 1000  # streaming only: rows held for shuffling
 
-    return hf.build(cfg, tokenizer)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        not_empty("question_key", self.question_key)
+        not_empty("answer_key", self.answer_key)
+        at_least("max_prompt_tokens", self.max_prompt_tokens, 1)
+        at_least("shuffle_buffer", self.shuffle_buffer, 1)
+        if "{question}" not in self.template:
+            raise FieldError("template", f"must contain a {{question}} placeholder, got {self.template!r}")
+
+
+@dataclass
+class HubDataset(RowDataset):
+    _target_: str = "forge_exp.data.hf.HubProblems"
+    path: str = ""  # hub id, e.g. openai/gsm8k
+    subset: Optional[str] = None  # hub config name, e.g. "main" for openai/gsm8k
+    split: str = "train"
+    eval_split: Optional[str] = "test"  # null = no eval set
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        not_empty("path", self.path, "openai/gsm8k")
+        not_empty("split", self.split, "train")
+
+
+@dataclass
+class FileDataset(RowDataset):
+    _target_: str = "forge_exp.data.hf.FileProblems"
+    train_path: str = ""  # data/train.jsonl (jsonl, json or parquet; a glob matches several files)
+    eval_path: Optional[str] = None  # data/test.jsonl; null = no eval set
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        not_empty("train_path", self.train_path, "data/train.jsonl")
+
+
+DATASET_SCHEMAS = {"arithmetic": ArithmeticDataset, "hub": HubDataset, "files": FileDataset}

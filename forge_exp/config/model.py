@@ -1,31 +1,66 @@
-"""Schema of the `model` config group (conf/model/*.yaml) and the one entry that builds a model from it.
+"""Schemas of the `model` group (conf/model/*.yaml): which network and tokenizer, built through `_target_` into a
+models.hf.ModelSpec (loaded only where a service needs the weights). A pretrained model's dimensions come from its
+checkpoint's config.json, so its node names only where the weights are and how to load them."""
 
-`source: tiny` builds a randomly initialised tiny Qwen3 with the character tokenizer (the architecture fields below
-apply); `source: hf` loads `hf_id` from the local Hugging Face cache (the architecture fields are ignored).
-With `path` set, either source loads that local HF-format directory instead — a warm-start checkpoint of the tiny
-model, or a real model downloaded elsewhere.
-"""
+from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
-import torch
-
-SOURCES = ("tiny", "hf")
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+from forge_exp.config.checks import FieldError, at_least, within
+from forge_exp.config.enums import Attention, DType
 
 
 @dataclass
-class ModelConfig:
-    name: str = "tiny"
-    source: str = "tiny"  # "tiny" | "hf" (hf needs hf_id or path: checked with the weights, by check_model_available)
-    hf_id: Optional[str] = None  # Hub id looked up in the local HF cache, e.g. Qwen/Qwen3-1.7B
-    path: Optional[str] = None  # local HF-format directory; wins over hf_id and over building a tiny model
-    dtype: str = "float32"
-    attn_implementation: str = "sdpa"
+class ModelBase:
+    _target_: str = "forge_exp.models.hf.ModelSpec"
+    name: str = "model"
+    path: Optional[str] = None  # local HF-format directory (a real model, a warm start, a checkpoint)
+    dtype: DType = DType.bfloat16  # generators and the reference model; trainers keep float32 master weights
+    attn_implementation: Attention = Attention.sdpa
     gradient_checkpointing: bool = False
-    # Tiny architecture (source=tiny only). Defaults are the default experiment's model.
+
+
+@dataclass
+class PretrainedModel(ModelBase):
+    """A released model: model.path, or model.hf_id in the local Hugging Face cache (never downloaded)."""
+
+    _target_: str = "forge_exp.models.hf.Pretrained"
+    hf_id: Optional[str] = None  # e.g. Qwen/Qwen3-1.7B
+
+    def __post_init__(self) -> None:
+        if not (self.path or self.hf_id):
+            raise FieldError("path", "or model.hf_id must be set (a local HF-format directory, or a Hub id in the "
+                                     "local cache)")
+
+
+@dataclass
+class WarmstartConfig:
+    """Supervised steps on the task before RL, for a randomly initialised model (model=tiny without model.path)
+    that could not otherwise earn any reward (a model loaded from weights starts RL as it is, so only the tiny
+    model has this node). Cached by a hash of the model, the dataset and these settings: a second run loads it."""
+
+    steps: int = 1200  # step budget (it stops earlier, at target_accuracy); 0 = no warm start
+    lr: float = 1e-3
+    batch_size: int = 64
+    target_accuracy: Optional[float] = 0.3  # stop once this fraction of training answers is exact (leaves RL room)
+    cache_dir: Optional[str] = None  # default ~/.cache/forge-exp/warmstart
+
+    def __post_init__(self) -> None:
+        at_least("steps", self.steps, 0)
+        at_least("batch_size", self.batch_size, 1)
+        within("lr", self.lr, 0, float("inf"), low_open=True)
+        within("target_accuracy", self.target_accuracy, 0, 1, low_open=True, nullable=True)
+
+
+@dataclass
+class TinyModel(ModelBase):
+    """The default experiment's model: a randomly initialised tiny Qwen3 with the character tokenizer
+    (models/tiny.py). With `path` set, that directory is loaded instead (its warm start, a checkpoint)."""
+
+    _target_: str = "forge_exp.models.tiny.TinyQwen3"
+    name: str = "tiny"
+    dtype: DType = DType.float32
     hidden_size: int = 128
     num_layers: int = 3
     num_heads: int = 4
@@ -34,63 +69,17 @@ class ModelConfig:
     intermediate_size: int = 384
     max_position_embeddings: int = 64
     seed: int = 0
+    warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
 
     def __post_init__(self) -> None:
-        _one_of("source", self.source, SOURCES)
-        _one_of("dtype", self.dtype, DTYPE_NAMES)
-        _one_of("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
         for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",
                     "max_position_embeddings"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"model.{key} must be a positive integer, got {value!r}")
+            at_least(key, getattr(self, key), 1)
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"model.num_heads ({self.num_heads}) must be a multiple of model.num_kv_heads ({self.num_kv_heads})"
-            )
+            raise FieldError("num_heads", f"({self.num_heads}) must be a multiple of model.num_kv_heads "
+                                          f"({self.num_kv_heads})")
         if self.head_dim % 2:
-            raise ValueError(f"model.head_dim must be even (rotary embeddings), got {self.head_dim}")
+            raise FieldError("head_dim", f"must be even (rotary embeddings), got {self.head_dim}")
 
 
-def _one_of(key: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"model.{key} must be one of {', '.join(allowed)}, got {value!r}")
-
-
-def build_tokenizer(cfg: ModelConfig):
-    """The tokenizer alone (for services that format prompts but hold no model)."""
-    from forge_exp.models.hf import load_tokenizer
-    from forge_exp.models.tokenizer import build_char_tokenizer
-
-    if cfg.path or cfg.source == "hf":
-        return load_tokenizer(cfg.path or cfg.hf_id)
-    return build_char_tokenizer()
-
-
-def build_model(cfg: ModelConfig, device: str | torch.device = "cpu"):
-    """Build `(model, tokenizer)` from the config, on `device`. Loads only local files (see models/hf.py)."""
-    from forge_exp.models.hf import DTYPES, enable_activation_checkpointing, load_causal_lm
-    from forge_exp.models.tiny import qwen3
-
-    tokenizer = build_tokenizer(cfg)
-    if cfg.path or cfg.source == "hf":
-        model = load_causal_lm(cfg.path or cfg.hf_id, cfg.dtype, cfg.attn_implementation, cfg.gradient_checkpointing)
-    else:
-        model = qwen3(
-            vocab_size=len(tokenizer),
-            hidden_size=cfg.hidden_size,
-            num_layers=cfg.num_layers,
-            num_heads=cfg.num_heads,
-            num_kv_heads=cfg.num_kv_heads,
-            head_dim=cfg.head_dim,
-            intermediate_size=cfg.intermediate_size,
-            max_position_embeddings=cfg.max_position_embeddings,
-            pad_id=tokenizer.pad_token_id,
-            bos_id=tokenizer.bos_token_id,
-            eos_id=tokenizer.eos_token_id,
-            seed=cfg.seed,
-            attn_implementation=cfg.attn_implementation,
-        ).to(DTYPES[cfg.dtype])
-        if cfg.gradient_checkpointing:
-            enable_activation_checkpointing(model)
-    return model.to(device), tokenizer
+MODEL_SCHEMAS = {"pretrained": PretrainedModel, "tiny": TinyModel}

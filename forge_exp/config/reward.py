@@ -1,4 +1,4 @@
-"""Schema of the `reward` config group: which reward functions score a completion, and their weights.
+"""Schema of the `reward` group: which reward functions score a completion, and their weights.
 
     reward:
       name: math_thinking
@@ -7,31 +7,49 @@
         thinking: {_target_: forge_exp.rewards.thinking.ThinkingReward, weight: 0.1}
       failure_value: 0.0               # score of a function that raised or returned NaN/inf for a completion
 
-Built with `forge_exp.rewards.build_reward(cfg.functions, cfg.failure_value)`, which also imports each `_target_`
-and checks its keyword arguments; `__post_init__` here checks the structure only (no imports).
+Built by runtime.build.build_reward (each `_target_` through hydra.utils.instantiate, its keyword arguments checked
+against its signature); the structure is checked here, without imports.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Dict
 
-from forge_exp.rewards.combine import check_spec
+from forge_exp.config.checks import FieldError, finite
 
 
 @dataclass
 class RewardConfig:
     name: str = ""
     # Empty by default, not a default reward: Hydra merges a YAML's dict *into* the schema's, so a default entry
-    # would join every reward config. build_reward refuses an empty one.
+    # would join every reward config.
     functions: Dict[str, Any] = field(default_factory=dict)
     failure_value: float = 0.0
 
     def __post_init__(self) -> None:
-        weights = [check_spec(name, spec)[1] for name, spec in self.functions.items()]
-        if weights and all(w == 0 for w in weights):
-            raise ValueError("reward.functions: every weight is 0, so every completion would score 0 and there "
-                             "would be nothing to learn; give one function a non-zero weight")
-        if not math.isfinite(self.failure_value):
-            raise ValueError(f"reward.failure_value must be finite, got {self.failure_value}")
+        weights = [check_function(name, spec) for name, spec in self.functions.items()]
+        if weights and all(w == 0 for w in weights):  # (empty: the schema's default; preflight refuses it)
+            raise FieldError("functions", "have every weight 0, so every completion would score 0 and there would "
+                                          "be nothing to learn; give one function a non-zero weight")
+        finite("failure_value", self.failure_value)
+
+
+def check_function(name: Any, spec: Any) -> float:
+    """Structure of one `reward.functions.<name>` entry; returns its weight."""
+    if not isinstance(name, str) or not name or any(c in name for c in "/. "):
+        raise FieldError("functions", f"name {name!r} must be a non-empty string without '/', '.' or spaces "
+                                      f"(it becomes a metric key)")
+    if not isinstance(spec, Mapping):
+        raise FieldError(f"functions.{name}", f"must be a mapping like {{_target_: forge_exp.rewards.math.MathReward,"
+                                              f" weight: 1.0}}, got {spec!r}")
+    target = spec.get("_target_")
+    if not isinstance(target, str) or not target.strip():
+        raise FieldError(f"functions.{name}._target_", "is missing: set it to the dotted path of a reward class or "
+                                                       "function (e.g. forge_exp.rewards.math.MathReward)")
+    weight = spec.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+        raise FieldError(f"functions.{name}.weight", f"must be a finite number, got {weight!r}")
+    return float(weight)

@@ -1,37 +1,18 @@
-"""The root config: the groups, plus what belongs to the run itself (steps, warm start, evaluation, tracking)."""
+"""The root config: the groups, plus what belongs to the run itself (steps, warm start, evaluation, tracking).
+
+The groups whose options differ in shape (model, algorithm, dataset, trainer, generator) are typed by each
+option's own schema, named in that YAML's defaults list (`- /schema/model/tiny@_here_`); validate.py refuses a
+group node that has none.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
-
-from forge_exp.config.algorithm import AlgorithmConfig
-from forge_exp.config.dataset import DatasetConfig
-from forge_exp.config.model import ModelConfig
+from forge_exp.config.checks import FieldError, at_least, within
 from forge_exp.config.reward import RewardConfig
 from forge_exp.config.services import ParallelismConfig, ServicesConfig
-
-
-@dataclass
-class WarmstartConfig:
-    """Supervised steps on the task before RL, for a randomly initialised model (model.source=tiny without
-    model.path) that could not otherwise earn any reward; pretrained models start RL as they are. Cached by a hash of
-    model, dataset and these settings, so a second run starts from it."""
-
-    steps: int = 0  # step budget; 0 = no warm start
-    lr: float = 1e-3
-    batch_size: int = 64
-    target_accuracy: Optional[float] = None  # stop once this fraction of training answers is exact (leaves RL room)
-    cache_dir: Optional[str] = None  # default ~/.cache/forge-exp/warmstart
-
-    def __post_init__(self) -> None:
-        _at_least("warmstart.steps", self.steps, 0)
-        _at_least("warmstart.batch_size", self.batch_size, 1)
-        if not self.lr > 0:
-            raise ValueError(f"warmstart.lr must be > 0, got {self.lr}")
-        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
-            raise ValueError(f"warmstart.target_accuracy must be in (0, 1] or null, got {self.target_accuracy}")
 
 
 @dataclass
@@ -41,8 +22,10 @@ class EvalConfig:
     temperature: float = 0.7
 
     def __post_init__(self) -> None:
-        _at_least("eval.every", self.every, 0)
-        _at_least("eval.pass_k", self.pass_k, 0)
+        at_least("every", self.every, 0)
+        if self.pass_k == 1 or self.pass_k < 0:
+            raise FieldError("pass_k", f"must be 0 (off) or >= 2 (pass@k needs several samples), got {self.pass_k}")
+        within("temperature", self.temperature, 0, float("inf"), low_open=True)
 
 
 @dataclass
@@ -52,8 +35,8 @@ class CheckpointConfig:
     keep: int = 2  # newest checkpoints kept
 
     def __post_init__(self) -> None:
-        _at_least("checkpoint.every", self.every, 0)
-        _at_least("checkpoint.keep", self.keep, 1)
+        at_least("every", self.every, 0)
+        at_least("keep", self.keep, 1)
 
 
 @dataclass
@@ -72,24 +55,29 @@ class ForgeConfig:
     steps: int = 100  # optimizer steps of the RL (or SFT) phase
     progress: bool = True
     output_dir: Optional[str] = None  # None: the Hydra run directory
-    model: ModelConfig = field(default_factory=ModelConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    # (dataset before algorithm: a loss knob interpolates dataset.max_new_tokens, so a bad value is reported where
+    # it was written)
+    model: Any = None  # config/model.py
+    dataset: Any = None  # config/dataset.py
     reward: RewardConfig = field(default_factory=RewardConfig)
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    algorithm: Any = None  # config/algorithm.py
+    trainer: Any = None  # config/backends.py
+    generator: Any = None  # config/backends.py
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     services: ServicesConfig = field(default_factory=ServicesConfig)
-    warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     resume: bool = False  # continue from the newest checkpoint in checkpoint.dir, into the same MLflow run
 
     def __post_init__(self) -> None:
-        _at_least("steps", self.steps, 1)
+        at_least("steps", self.steps, 1)
         if self.mode not in ("train", "eval"):
-            raise ValueError(f"mode must be train or eval, got {self.mode!r}")
-
-
-def _at_least(key: str, value: int, low: int) -> None:
-    if value < low:
-        raise ValueError(f"{key} must be >= {low}, got {value}")
+            raise FieldError("mode", f"must be train or eval, got {self.mode!r}")
+        buffer = getattr(self.algorithm, "overlong_buffer", None)
+        if buffer is not None and buffer > self.dataset.max_new_tokens:
+            raise FieldError("algorithm.overlong_buffer", f"must be <= dataset.max_new_tokens="
+                             f"{self.dataset.max_new_tokens} (DAPO's L_cache within L_max), got {buffer}")
+        if self.services.trainer.procs > 1:
+            raise FieldError("services.trainer.procs", f"must be 1 for trainer={self.trainer.name}, which runs one "
+                             f"process (got {self.services.trainer.procs}); more processes need a sharded trainer")

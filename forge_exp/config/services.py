@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from forge_exp.config.checks import FieldError, at_least
+
 SERVICES = ("dataset", "generator", "reward", "ref_model", "trainer", "replay_buffer")
 
 
@@ -32,13 +34,17 @@ class ServicesConfig:
         for name in SERVICES:
             spec = getattr(self, name)
             for key in ("procs", "replicas", "threads"):
-                if getattr(spec, key) < 1:
-                    raise ValueError(f"services.{name}.{key} must be >= 1, got {getattr(spec, key)}")
+                at_least(f"{name}.{key}", getattr(spec, key), 1)
             if spec.gpus not in (0, 1):
-                raise ValueError(f"services.{name}.gpus must be 0 or 1 (GPUs per process), got {spec.gpus}")
+                raise FieldError(f"{name}.gpus", f"must be 0 or 1 (GPUs per process), got {spec.gpus}")
         for name in ("trainer", "ref_model", "dataset", "replay_buffer"):
             if getattr(self, name).replicas != 1:
-                raise ValueError(f"services.{name}.replicas must be 1 (only generator and reward replicate)")
+                raise FieldError(f"{name}.replicas", "must be 1 (only generator and reward replicate)")
+        for name in SERVICES:
+            if name != "trainer" and getattr(self, name).procs != 1:
+                # a generator replica is one process today; a tensor-parallel generator (vLLM) would take more
+                raise FieldError(f"{name}.procs", f"must be 1: one process per replica (scale {name} with "
+                                                  f"services.{name}.replicas where it replicates)")
 
 
 @dataclass
@@ -52,6 +58,5 @@ class ParallelismConfig:
     def __post_init__(self) -> None:
         for key in ("data_parallel_shard", "tensor_parallel"):
             if getattr(self, key) != 1:
-                raise ValueError(
-                    f"parallelism.{key}={getattr(self, key)} is not supported yet: use parallelism=single"
-                )
+                raise FieldError(key, f"must be 1 (got {getattr(self, key)}): sharding is not supported yet, use "
+                                      "parallelism=single")

@@ -1,11 +1,30 @@
-"""Registers the root schema with Hydra's ConfigStore. Its fields are typed by each group's dataclass, so every
-group's YAML merges onto its schema: an unknown key or a wrong type is an error before anything starts. (The groups
-are not registered as options of their own: `algorithm=glob(*)` must list the YAML files only.)"""
+"""Registers the schemas with Hydra's ConfigStore: the root schema (`forge_schema`, first in conf/config.yaml's
+defaults) and each option's schema under `schema/<group>/<name>`, which the option's YAML names in its defaults
+list (`- /schema/model/tiny@_here_`). The schema groups are not options of the groups themselves, so
+`algorithm=glob(*)` lists the YAML files only."""
 
 from hydra.core.config_store import ConfigStore
 
+from forge_exp.config.algorithm import ALGORITHM_SCHEMAS, LOSS_SCHEMAS
+from forge_exp.config.backends import GeneratorBackend, TrainerBackend
+from forge_exp.config.dataset import DATASET_SCHEMAS
+from forge_exp.config.model import MODEL_SCHEMAS
 from forge_exp.config.run import ForgeConfig
+
+SCHEMAS = {
+    "model": MODEL_SCHEMAS,
+    "algorithm": ALGORITHM_SCHEMAS,
+    "loss": LOSS_SCHEMAS,
+    "dataset": DATASET_SCHEMAS,
+    "trainer": {"hf": TrainerBackend},
+    "generator": {"torch": GeneratorBackend},
+}
+# reward, services and parallelism have one shape each: the root schema types them (config/run.py)
 
 
 def register() -> None:
-    ConfigStore.instance().store(name="forge_schema", node=ForgeConfig)
+    cs = ConfigStore.instance()
+    cs.store(name="forge_schema", node=ForgeConfig)
+    for group, schemas in SCHEMAS.items():
+        for name, node in schemas.items():
+            cs.store(group=f"schema/{group}", name=name, node=node)

@@ -1,47 +1,116 @@
-"""Everything that can be checked before a process starts: schema, ranges, targets, weights, GPUs."""
+"""From the composed config to the typed one, or one line saying what is wrong and where.
+
+    validate(cfg)         every group node is typed by a schema, no key is unknown (a `+key` the schema lacks is
+                          an error, with the closest valid key), then the schemas' range checks (to_object)
+    suggest(key, cfg)     "did you mean ..." for a key that is not in the config
+
+Checks that need more than the config (the loss and rewards import, the weights exist, the data opens, the GPUs
+exist) are apps/preflight.py's.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+import difflib
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from forge_exp.config.aliases import ALIASES, short
+from forge_exp.config.checks import FieldError
 from forge_exp.config.run import ForgeConfig
+
+TYPED_GROUPS = ("model", "algorithm", "dataset", "trainer", "generator")
+
+
+class ConfigError(ValueError):
+    """A config mistake, in one line naming the key. The CLI prints it and exits 2 before any process starts."""
 
 
 def validate(cfg: DictConfig) -> ForgeConfig:
-    """The typed config, or a ValueError whose one-line message names the offending key."""
+    """The typed config, or a ConfigError."""
+    for group in TYPED_GROUPS:
+        node = cfg.get(group)
+        if not isinstance(node, DictConfig) or not dataclasses.is_dataclass(OmegaConf.get_type(node)):
+            raise ConfigError(f"{group}: the chosen option has no schema; its YAML must start with "
+                              f"`defaults: [/schema/{group}/<kind>@_here_, _self_]` (see conf/{group}/)")
+    unknown = next(_unknown_keys(cfg, ""), None)
+    if unknown is not None:
+        raise ConfigError(f"{unknown} is not a config key{suggest(unknown, cfg)}")
+    return _typed(cfg, "")
+
+
+def _typed(node: DictConfig, path: str):
+    """to_object, children first, so a failed range check is reported with the path of the node that holds it."""
+    for key in node.keys():
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and dataclasses.is_dataclass(OmegaConf.get_type(child)):
+            _typed(child, f"{path}{key}.")
     try:
-        config: ForgeConfig = OmegaConf.to_object(cfg)
+        return OmegaConf.to_object(node)
+    except FieldError as e:
+        raise ConfigError(f"{path}{e}") from None
     except OmegaConfBaseException as e:
-        raise ValueError(_one_line(e)) from None
-    check_runtime(config)
-    return config
+        raise ConfigError(one_line(e)) from None
 
 
-def check_runtime(config: ForgeConfig) -> None:
-    """Checks that need more than the schema: the loss and rewards build, the weights exist, the GPUs exist."""
-    import torch
-
-    from forge_exp.config.algorithm import build_loss
-    from forge_exp.models.hf import check_model_available
-    from forge_exp.rewards.combine import build_reward
-    from forge_exp.rl.losses import check_loss_inputs
-    from forge_exp.rl.update import available_inputs
-    from forge_exp.runtime.layout import check_gpus, needed_services, plan_meshes
-
-    loss = build_loss(config.algorithm.loss)
-    check_loss_inputs(loss, available_inputs(config.algorithm.beta))
-    build_reward(config.reward.functions)
-    check_model_available(config.model)
-    meshes = plan_meshes(config.services, needed_services(config.algorithm.beta))
-    check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+def _unknown_keys(node: DictConfig, path: str):
+    """Keys of a schema-typed node that its schema does not declare (added with `+key=...`)."""
+    schema = OmegaConf.get_type(node)
+    names = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for key in node.keys():
+        full = f"{path}{key}"
+        if names is not None and key not in names:
+            yield full
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            yield from _unknown_keys(child, full + ".")
 
 
-def _one_line(e: OmegaConfBaseException) -> str:
+def all_keys(cfg: DictConfig) -> list[str]:
+    """Every leaf key of the config (and each alias of one), for suggestions."""
+    keys: list[str] = []
+
+    def walk(node: DictConfig, path: str) -> None:
+        for key in node.keys():
+            child = node._get_node(key)
+            if isinstance(child, DictConfig) and not child._is_none() and len(child):
+                walk(child, f"{path}{key}.")
+            else:
+                keys.append(f"{path}{key}")
+            if OmegaConf.get_type(node) is dict:
+                break  # free-form dicts (reward functions' kwargs): one example is enough
+    walk(cfg, "")
+    return keys + [alias for alias, full in ALIASES.items() if full in keys]
+
+
+def suggest(key: str, cfg: DictConfig | None) -> str:
+    """'; did you mean X?' for the valid key closest to `key` ('' when none is close)."""
+    if cfg is None:
+        return ""
+    keys = [k for k in all_keys(cfg) if k != key]
+    parent, _, leaf = key.rpartition(".")
+    siblings = [k for k in keys if k.rpartition(".")[0] == parent]
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.75) or [
+        f"{parent}.{m}" if parent else m
+        for m in difflib.get_close_matches(leaf, [k.rpartition(".")[2] for k in siblings], n=1, cutoff=0.6)
+    ]
+    if not close:
+        return ""
+    best = close[0]
+    full = ALIASES.get(best, best)
+    alias = short(full)
+    shown = f"{alias} (= {full})" if alias != full else full
+    return f"; did you mean {shown}?"
+
+
+def one_line(e: Exception) -> str:
+    """OmegaConf's error (a wrong type, a bad enum value) as one line with the full key."""
     cause = e.__cause__ or e.__context__
-    msg = str(cause) if isinstance(cause, ValueError) else str(e)
+    key = getattr(e, "full_key", None) or getattr(cause, "full_key", None) or ""
+    msg = str(cause) if isinstance(cause, (ValueError, OmegaConfBaseException)) else str(e)
     first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
-    key = getattr(e, "full_key", None)
     if key and key not in first:
         first = f"{key}: {first}"
     return first

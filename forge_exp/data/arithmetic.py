@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from forge_exp.rl.types import Problem
 
 OPS = "+-*/"
+HELDOUT_BUCKETS = 8  # 1/HELDOUT_BUCKETS of the problem space is reserved for evaluation
+
+
+def max_eval_size(digits: int, ops: str) -> int:
+    """The largest held-out set the problem space leaves room for (division has fewer problems: /4 leaves room)."""
+    return len(ops) * 10 ** (2 * digits) // (4 * HELDOUT_BUCKETS)
 
 
 @dataclass(frozen=True)
@@ -23,23 +29,10 @@ class ArithmeticTask:
     digits: int = 2  # operands are drawn uniformly from [0, 10**digits)
     ops: str = "+"  # any of "+-*/": subtraction orders its operands so results are never negative; division is
     # exact (a = b·q with b ≥ 1), so every answer is an integer
-    heldout_size: int = 256
-    heldout_buckets: int = 8  # 1/heldout_buckets of the problem space is reserved for evaluation
+    eval_size: int = 256  # held-out problems
+    seed: int = 0  # the training stream's order
+    heldout_buckets: int = HELDOUT_BUCKETS
     heldout_seed: int = 1234  # fixes which bucket-0 problems form the held-out set
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.digits <= 18:
-            raise ValueError(f"digits must be in 1..18, got {self.digits}")
-        if not self.ops or any(op not in OPS for op in self.ops) or len(set(self.ops)) != len(self.ops):
-            raise ValueError(f"ops must be distinct characters of {OPS!r}, got {self.ops!r}")
-        if self.heldout_buckets < 2:
-            raise ValueError(f"heldout_buckets must be >= 2, got {self.heldout_buckets}")
-        space = len(self.ops) * 10 ** (2 * self.digits)  # division has fewer problems: the /4 below leaves room
-        if not 0 <= self.heldout_size <= space // (4 * self.heldout_buckets):
-            raise ValueError(
-                f"heldout_size must be in 0..{space // (4 * self.heldout_buckets)} for digits={self.digits}, "
-                f"ops={self.ops!r}, got {self.heldout_size}"
-            )
 
     def is_heldout(self, a: int, op: str, b: int) -> bool:
         digest = hashlib.blake2b(f"{a}{op}{b}".encode(), digest_size=8).digest()
@@ -57,27 +50,34 @@ class ArithmeticTask:
         return a, op, b
 
     def heldout(self) -> list[Problem]:
-        """The fixed evaluation set: `heldout_size` distinct problems, the same on every call and machine."""
+        """The fixed evaluation set: `eval_size` distinct problems, the same on every call and machine."""
         rng = random.Random(self.heldout_seed)
         seen: set[tuple[int, str, int]] = set()
         out = []
-        for _ in range(1000 * self.heldout_size + 100_000):
-            if len(out) == self.heldout_size:
+        for _ in range(1000 * self.eval_size + 100_000):
+            if len(out) == self.eval_size:
                 return out
             key = self._draw(rng)
             if key not in seen and self.is_heldout(*key):
                 seen.add(key)
                 out.append(make_problem(*key))
-        if len(out) == self.heldout_size:
+        if len(out) == self.eval_size:
             return out
         raise ValueError(
             f"only {len(out)} distinct held-out problems found for digits={self.digits}, ops={self.ops!r}, "
-            f"heldout_size={self.heldout_size}: lower the held-out size (dataset.eval_size) or raise digits"
+            f"eval_size={self.eval_size}: lower the held-out size (dataset.eval_size) or raise digits"
         )
 
-    def train_stream(self, seed: int) -> Iterator[Problem]:
+    def problems(self, tokenizer=None) -> tuple[Callable[..., Iterator[Problem]], list[Problem]]:
+        """(train stream factory, held-out problems), the interface every problem source has (data/hf.py)."""
+        return (lambda start_epoch=0: self.train_stream()), self.heldout()
+
+    def eval_problems(self, tokenizer=None) -> list[Problem]:
+        return self.heldout()
+
+    def train_stream(self, seed: int | None = None) -> Iterator[Problem]:
         """An endless seeded stream of training problems, never one of the held-out bucket."""
-        rng = random.Random(seed)
+        rng = random.Random(self.seed if seed is None else seed)
         while True:
             key = self._draw(rng)
             if not self.is_heldout(*key):

@@ -6,8 +6,8 @@
   with one seed see the same order. With `streaming`, rows are shuffled through a buffer (`IterableDataset.shuffle`
   + `set_epoch`) and never held in memory.
 - The eval split is a fixed list: the first `eval_size` rows, in file order.
-- Local files: `path` may hold a `{split}` placeholder (data/{split}.jsonl → data/train.jsonl, data/test.jsonl);
-  without one the file is the train split and there is no eval split.
+- Local files: `train_path` and `eval_path` (jsonl, json or parquet by extension; a glob matches several files);
+  without `eval_path` there is no eval split.
 - Targets: "gsm8k" takes the text after the last `####` with thousands commas removed; "boxed" the last
   `\\boxed{}` of a worked solution (MATH); "raw" the answer field as it is.
 - Prompts longer than `max_prompt_tokens` are skipped (counted in `skipped`), not truncated: a cut question has
@@ -24,20 +24,18 @@ import json
 import logging
 import os
 import random
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
-from forge_exp.config.dataset import TARGET_FORMATS
-from forge_exp.data.prompts import format_prompt
+from forge_exp import choices
+from forge_exp.data.prompts import PLAIN_TEMPLATE, format_prompt
 from forge_exp.rewards.format import find_boxed
 from forge_exp.rl.types import Problem
 
-if TYPE_CHECKING:
-    from forge_exp.config.dataset import DatasetConfig
-
 log = logging.getLogger(__name__)
 
-LOCAL_BUILDERS = {"jsonl": "json", "parquet": "parquet"}  # source → datasets' packaged builder
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # extension → datasets' builder
 
 
 def extract_target(answer: Any, target_format: str) -> str | None:
@@ -51,87 +49,182 @@ def extract_target(answer: Any, target_format: str) -> str | None:
     elif target_format == "raw":
         target = text.strip()
     else:
-        raise ValueError(f"dataset.target_format must be one of {TARGET_FORMATS}, got {target_format!r}")
+        raise ValueError(f"dataset.target_format must be one of {choices.TARGET_FORMATS}, got {target_format!r}")
     return target or None
 
 
-def split_location(cfg: DatasetConfig, split: str) -> str:
-    """What errors call a split: the local file it resolves to, or `hub_id[split]`."""
-    if cfg.source in LOCAL_BUILDERS:
-        return cfg.path.replace("{split}", split)
-    return f"{cfg.path}[{split}]"
+@dataclass(frozen=True)
+class RowProblems:
+    """Problems from rows with a question field and an answer field; where the rows are is the subclass's part.
+    `problems(tokenizer)` → (train: an endless TrainProblems stream, eval: a fixed list)."""
+
+    question_key: str = "question"  # row field with the question
+    answer_key: str = "answer"  # row field the target is extracted from
+    target_format: str = "raw"  # gsm8k | boxed | raw (extract_target)
+    system_prompt: str = "think_answer"  # preset in data/prompts.py or literal text; "none" for no system message
+    use_chat_template: bool | None = None  # None: the tokenizer's chat template when it has one
+    template: str = PLAIN_TEMPLATE  # without a chat template: the text around {question}
+    max_prompt_tokens: int = 512  # longer prompts are skipped, not truncated
+    eval_size: int | None = None  # the first N eval rows; None = all; 0 = no eval set
+    streaming: bool = False  # read lazily instead of loading (large datasets)
+    shuffle_buffer: int = 1000  # streaming only: rows held for shuffling
+    seed: int = 0  # train order, reshuffled per epoch
+
+    # --- where the rows are (subclasses) ----------------------------------------------------------------------
+    def location(self, split: str) -> str:
+        """What errors call a split ("train" or "eval"): a file, or hub_id[split]."""
+        raise NotImplementedError
+
+    def has_eval(self) -> bool:
+        raise NotImplementedError
+
+    def _load_args(self, split: str) -> tuple[tuple, dict[str, Any]]:
+        raise NotImplementedError
+
+    # --- reading --------------------------------------------------------------------------------------------
+    def load(self, split: str, streaming: bool = False, cache_dir: str | None = None) -> Any:
+        """`datasets.load_dataset` for "train" or "eval": a `Dataset`, or an `IterableDataset` when streaming."""
+        import datasets  # heavy; only here
+
+        where = self.location(split)
+        args, kwargs = self._load_args(split)
+        try:
+            return datasets.load_dataset(*args, streaming=streaming, cache_dir=cache_dir, **kwargs)
+        except Exception as err:  # name the file or hub id, and for jsonl find the offending row
+            if where.endswith(".jsonl"):
+                _diagnose_jsonl(where, self)
+            raise RuntimeError(f"{where}: datasets.load_dataset failed: {type(err).__name__}: {err}") from err
+
+    def format(self, question: str, tokenizer: Any) -> str:
+        return format_prompt(question, tokenizer, self.system_prompt, self.use_chat_template, self.template)
+
+    def problems(self, tokenizer: Any, cache_dir: str | None = None) -> tuple[TrainProblems, list[Problem]]:
+        make = ProblemMaker(self, tokenizer)
+        train = TrainProblems(self, make, self.load("train", self.streaming, cache_dir), self.location("train"))
+        return train, self.eval_problems(tokenizer, cache_dir)
+
+    def eval_problems(self, tokenizer: Any, cache_dir: str | None = None) -> list[Problem]:
+        """The held-out problems alone: the first eval_size rows of the eval split, in file order."""
+        if not self.has_eval() or self.eval_size == 0:
+            return []
+        where = self.location("eval")
+        rows = self.load("eval", self.streaming, cache_dir)
+        if self.eval_size is not None:
+            rows = itertools.islice(rows, self.eval_size)
+        make = ProblemMaker(self, tokenizer)
+        problems = [p for p in itertools.starmap(make, records(rows, where, self)) if p is not None]
+        if make.skipped:
+            log.warning("%s: %d eval prompts are longer than dataset.max_prompt_tokens=%d and were left out",
+                        where, make.skipped, self.max_prompt_tokens)
+        return problems
 
 
-def load_rows(cfg: DatasetConfig, split: str, streaming: bool = False, cache_dir: str | None = None) -> Any:
-    """`datasets.load_dataset` for one split: a `Dataset`, or an `IterableDataset` when streaming."""
-    import datasets  # heavy; only here
+@dataclass(frozen=True)
+class HubProblems(RowProblems):
+    """A Hub dataset by id (read from the local datasets cache when offline): conf/dataset/gsm8k.yaml, math.yaml."""
 
-    where = split_location(cfg, split)
-    if cfg.source in LOCAL_BUILDERS:
+    path: str = "openai/gsm8k"  # hub id
+    subset: str | None = None  # hub config name, e.g. "main" for openai/gsm8k
+    split: str = "train"
+    eval_split: str | None = "test"  # None = no eval set
+
+    def _split(self, split: str) -> str:
+        return self.split if split == "train" else self.eval_split
+
+    def location(self, split: str) -> str:
+        return f"{self.path}[{self._split(split)}]"
+
+    def has_eval(self) -> bool:
+        return self.eval_split is not None
+
+    def _load_args(self, split: str) -> tuple[tuple, dict[str, Any]]:
+        return (self.path, self.subset), {"split": self._split(split)}
+
+
+@dataclass(frozen=True)
+class FileProblems(RowProblems):
+    """Local files (jsonl, json or parquet, by extension; a glob matches several): conf/dataset/jsonl.yaml."""
+
+    train_path: str = "data/train.jsonl"
+    eval_path: str | None = None  # None = no eval set
+
+    def location(self, split: str) -> str:
+        return self.train_path if split == "train" else self.eval_path
+
+    def has_eval(self) -> bool:
+        return self.eval_path is not None
+
+    def builder(self, split: str) -> str:
+        path = self.location(split)
+        ext = os.path.splitext(path)[1].lower()
+        if ext not in FILE_BUILDERS:
+            key = "train_path" if split == "train" else "eval_path"
+            raise ValueError(f"dataset.{key}={path}: unknown file type {ext or '(none)'}; use one of "
+                             f"{', '.join(FILE_BUILDERS)}")
+        return FILE_BUILDERS[ext]
+
+    def _load_args(self, split: str) -> tuple[tuple, dict[str, Any]]:
+        where = self.location(split)
         if not glob.glob(where):
-            raise FileNotFoundError(
-                f"dataset.path: {where} does not exist (dataset.path={cfg.path!r}, split {split!r}, "
-                f"cwd {os.getcwd()})"
-            )
-        args: tuple = (LOCAL_BUILDERS[cfg.source],)
-        kwargs: dict[str, Any] = {"data_files": where, "split": "train"}
-    else:
-        args, kwargs = (cfg.path, cfg.subset), {"split": split}
-    try:
-        return datasets.load_dataset(*args, streaming=streaming, cache_dir=cache_dir, **kwargs)
-    except Exception as err:  # name the file or hub id, and for jsonl find the offending row
-        if cfg.source == "jsonl":
-            _diagnose_jsonl(where, cfg)
-        raise RuntimeError(f"{where}: datasets.load_dataset failed: {type(err).__name__}: {err}") from err
+            key = "train_path" if split == "train" else "eval_path"
+            raise FileNotFoundError(f"dataset.{key}: {where} does not exist (cwd {os.getcwd()})")
+        return (self.builder(split),), {"data_files": where, "split": "train"}
 
 
-def _diagnose_jsonl(where: str, cfg: DatasetConfig) -> None:
+def jsonl_rows(file: str) -> Iterator[tuple[int, dict]]:
+    """(row number, row) of a jsonl file, row N being its Nth non-empty line; a line that is not a JSON object is
+    a ValueError naming the file and the row."""
+    with open(file, encoding="utf-8") as f:
+        for row_number, line in enumerate((line for line in f if line.strip()), start=1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{file} row {row_number}: not valid JSON ({err})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{file} row {row_number}: expected a JSON object, got {type(row).__name__}")
+            yield row_number, row
+
+
+def _diagnose_jsonl(where: str, source: RowProblems) -> None:
     """datasets cannot read a jsonl whose rows lack a key the others have (a bare KeyError); say which row."""
     for file in sorted(glob.glob(where)):
-        with open(file, encoding="utf-8") as f:
-            lines = (line for line in f if line.strip())
-            for row_number, line in enumerate(lines, start=1):
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{file} row {row_number}: not valid JSON ({err})") from None
-                if not isinstance(row, dict):
-                    raise ValueError(f"{file} row {row_number}: expected a JSON object, got {type(row).__name__}")
-                _check_row(row, file, row_number, cfg)
+        for row_number, row in jsonl_rows(file):
+            check_row(row, file, row_number, source)
 
 
-def _check_row(row: dict, where: str, row_number: int, cfg: DatasetConfig) -> tuple[str, str]:
-    for key, field in ((cfg.question_key, "question_key"), (cfg.answer_key, "answer_key")):
+def check_row(row: dict, where: str, row_number: int, source: RowProblems) -> tuple[str, str]:
+    """(question, target) of one row, or a ValueError naming the file, the row and the config key."""
+    for key, field in ((source.question_key, "question_key"), (source.answer_key, "answer_key")):
         if row.get(key) is None:
             problem = f"key {key!r} is null" if key in row else f"missing key {key!r}"
             present = ", ".join(k for k, v in row.items() if v is not None)
             raise ValueError(f"{where} row {row_number}: {problem} (dataset.{field}); the row has: {present}")
-    target = extract_target(row[cfg.answer_key], cfg.target_format)
+    target = extract_target(row[source.answer_key], source.target_format)
     if target is None:
-        expected = {"gsm8k": "'#### <answer>' line", "boxed": "\\boxed{...}"}.get(cfg.target_format, "text")
+        expected = {"gsm8k": "'#### <answer>' line", "boxed": "\\boxed{...}"}.get(source.target_format, "text")
         raise ValueError(
-            f"{where} row {row_number}: {cfg.answer_key!r} has no {expected} (dataset.target_format="
-            f"{cfg.target_format}): {str(row[cfg.answer_key])[-120:]!r}"
+            f"{where} row {row_number}: {source.answer_key!r} has no {expected} (dataset.target_format="
+            f"{source.target_format}): {str(row[source.answer_key])[-120:]!r}"
         )
-    return str(row[cfg.question_key]), target
+    return str(row[source.question_key]), target
 
 
-def records(rows: Iterable[dict], where: str, cfg: DatasetConfig) -> Iterator[tuple[str, str]]:
+def records(rows: Iterable[dict], where: str, source: RowProblems) -> Iterator[tuple[str, str]]:
     """(question, target) per row, each row checked."""
     for row_number, row in enumerate(rows, start=1):
-        yield _check_row(row, where, row_number, cfg)
+        yield check_row(row, where, row_number, source)
 
 
 class ProblemMaker:
     """Formats a record into a Problem; None when its prompt is longer than `max_prompt_tokens`."""
 
-    def __init__(self, cfg: DatasetConfig, tokenizer: Any):
-        self.cfg, self.tokenizer = cfg, tokenizer
+    def __init__(self, source: RowProblems, tokenizer: Any):
+        self.source, self.tokenizer = source, tokenizer
         self.skipped = 0
 
     def __call__(self, question: str, target: str) -> Problem | None:
-        prompt = format_prompt(question, self.tokenizer, self.cfg.system_prompt, self.cfg.use_chat_template)
-        if self.tokenizer is not None and len(self.tokenizer(prompt)["input_ids"]) > self.cfg.max_prompt_tokens:
+        prompt = self.source.format(question, self.tokenizer)
+        if self.tokenizer is not None and len(self.tokenizer(prompt)["input_ids"]) > self.source.max_prompt_tokens:
             self.skipped += 1
             return None
         return Problem(prompt=prompt, target=target, question=question)
@@ -141,15 +234,15 @@ class TrainProblems:
     """The train split as an endless stream of Problems. `factory()` starts at epoch 0, `factory(start_epoch=k)`
     resumes at epoch k; `epoch` is the epoch being read, `skipped` the prompts dropped as too long."""
 
-    def __init__(self, cfg: DatasetConfig, make: ProblemMaker, rows: Any, where: str):
-        self.cfg, self.make, self.rows, self.where = cfg, make, rows, where
+    def __init__(self, source: RowProblems, make: ProblemMaker, rows: Any, where: str):
+        self.source, self.make, self.rows, self.where = source, make, rows, where
         self.epoch = 0
-        if not cfg.streaming:  # check every row now, before any process starts
-            self.rows = list(records(rows, where, cfg))
+        if not source.streaming:  # check every row now, before any process starts
+            self.rows = list(records(rows, where, source))
             if not self.rows:
                 raise ValueError(f"{where}: the train split has no rows")
         else:
-            self.rows = rows.shuffle(seed=cfg.seed, buffer_size=cfg.shuffle_buffer)
+            self.rows = rows.shuffle(seed=source.seed, buffer_size=source.shuffle_buffer)
 
     @property
     def skipped(self) -> int:
@@ -166,36 +259,14 @@ class TrainProblems:
                     yield problem
             if produced == 0:
                 raise ValueError(
-                    f"{self.where}: no prompt fits in dataset.max_prompt_tokens={self.cfg.max_prompt_tokens} "
+                    f"{self.where}: no prompt fits in dataset.max_prompt_tokens={self.source.max_prompt_tokens} "
                     f"(or the split is empty); raise it or shorten dataset.system_prompt"
                 )
 
     def epoch_records(self, epoch: int) -> Iterable[tuple[str, str]]:
-        if self.cfg.streaming:
+        if self.source.streaming:
             self.rows.set_epoch(epoch)
-            return records(self.rows, f"{self.where} (streamed, epoch {epoch})", self.cfg)
+            return records(self.rows, f"{self.where} (streamed, epoch {epoch})", self.source)
         order = list(range(len(self.rows)))
-        random.Random(self.cfg.seed * 1_000_003 + epoch).shuffle(order)
+        random.Random(self.source.seed * 1_000_003 + epoch).shuffle(order)
         return (self.rows[i] for i in order)
-
-
-def build(
-    cfg: DatasetConfig, tokenizer: Any, cache_dir: str | None = None
-) -> tuple[Callable[..., Iterator[Problem]], list[Problem]]:
-    """(train iterator factory, eval problems) for source "hf", "jsonl" or "parquet"."""
-    make = ProblemMaker(cfg, tokenizer)
-    train = TrainProblems(
-        cfg, make, load_rows(cfg, cfg.split, cfg.streaming, cache_dir), split_location(cfg, cfg.split)
-    )
-    eval_problems: list[Problem] = []
-    if cfg.eval_split is not None and cfg.eval_size != 0:
-        where = split_location(cfg, cfg.eval_split)
-        rows = load_rows(cfg, cfg.eval_split, cfg.streaming, cache_dir)
-        if cfg.eval_size is not None:
-            rows = itertools.islice(rows, cfg.eval_size)
-        make_eval = ProblemMaker(cfg, tokenizer)
-        eval_problems = [p for p in itertools.starmap(make_eval, records(rows, where, cfg)) if p is not None]
-        if make_eval.skipped:
-            log.warning("%s: %d eval prompts are longer than dataset.max_prompt_tokens=%d and were left out",
-                        where, make_eval.skipped, cfg.max_prompt_tokens)
-    return train, eval_problems

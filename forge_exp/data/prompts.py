@@ -39,16 +39,18 @@ def format_prompt(
     question: str,
     tokenizer: Any = None,
     system_prompt: str = "think_answer",
-    use_chat_template: bool = True,
+    use_chat_template: bool | None = True,
     template: str = PLAIN_TEMPLATE,
 ) -> str:
     """The prompt text for one question.
 
-    With `use_chat_template`, the tokenizer's own template renders [system, user] with the generation prompt
+    use_chat_template=None means: when the tokenizer has one. With it, the tokenizer's own template renders [system, user] with the generation prompt
     appended (models whose template refuses a system role get the system text at the top of the user turn).
     Without, `template` is filled with `{system}` (the system text and a blank line, or nothing) and `{question}`.
     """
     system = resolve_system_prompt(system_prompt)
+    if use_chat_template is None:
+        use_chat_template = bool(getattr(tokenizer, "chat_template", None))
     if not use_chat_template:
         if "{question}" not in template:
             raise ValueError(f"prompt template {template!r} has no {{question}} placeholder")

@@ -34,15 +34,10 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from jinja2 import TemplateError
-
-from forge_exp.data.prompts import format_prompt
-
-if TYPE_CHECKING:
-    from forge_exp.config.dataset import DatasetConfig
 
 MESSAGES_KEY = "messages"
 ROLES = ("system", "user", "assistant", "tool")
@@ -168,17 +163,18 @@ def check_messages(messages: Any, where: str) -> list[dict]:
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
-def encode_row(row: dict, cfg: DatasetConfig, tokenizer: Any, where: str) -> Example:
-    """One dataset row (see the module docstring for the formats) as an Example."""
+def encode_row(row: dict, source: Any, tokenizer: Any, where: str) -> Example:
+    """One dataset row (see the module docstring for the formats) as an Example; `source` (data/hf.py:
+    RowProblems) names the fields and formats the prompt."""
     if row.get(MESSAGES_KEY) is not None:
         return encode_conversation(check_messages(row[MESSAGES_KEY], where), tokenizer, where)
-    for key, field_name in ((cfg.question_key, "question_key"), (cfg.answer_key, "answer_key")):
+    for key, field_name in ((source.question_key, "question_key"), (source.answer_key, "answer_key")):
         if row.get(key) is None:
             present = ", ".join(k for k, v in row.items() if v is not None)
             raise ValueError(f"{where}: no '{MESSAGES_KEY}' list and no {key!r} field (dataset.{field_name}); "
                              f"the row has: {present}")
-    prompt = format_prompt(str(row[cfg.question_key]), tokenizer, cfg.system_prompt, cfg.use_chat_template)
-    return encode_prompt_completion(prompt, str(row[cfg.answer_key]), tokenizer)
+    prompt = source.format(str(row[source.question_key]), tokenizer)
+    return encode_prompt_completion(prompt, str(row[source.answer_key]), tokenizer)
 
 
 # ---------------------------------------------------------------------------------------------- packing
@@ -271,7 +267,7 @@ def describe(batch: SFTBatch, tokenizer: Any, limit: int = 8) -> dict[str, list[
 class SFTData:
     """The train split as an endless stream of batches (reshuffled every epoch, seeded), the eval split as a list."""
 
-    cfg: DatasetConfig
+    source: Any  # a problem source (data/arithmetic.py: ArithmeticTask, data/hf.py: RowProblems)
     tokenizer: Any
     max_seq_len: int
     rows: int
@@ -288,50 +284,42 @@ class SFTData:
         return itertools.islice(self.packer.batches(self._train_examples()), skip, None)
 
     def _train_examples(self) -> Iterator[Example]:
-        if self.cfg.source == "arithmetic":
-            stream, _ = self._arithmetic()
+        src = self.source
+        if not hasattr(src, "load"):  # the synthetic task: its problems are the examples
+            stream, _ = src.problems(self.tokenizer)
             yield from (self._encode_problem(p) for p in stream())
             return
-        from forge_exp.data.hf import load_rows, split_location
-
-        where = split_location(self.cfg, self.cfg.split)
-        rows = load_rows(self.cfg, self.cfg.split, self.cfg.streaming)
-        if self.cfg.streaming:  # a shuffle buffer instead of a permutation (rows are never all in memory)
-            rows = rows.shuffle(seed=self.cfg.seed, buffer_size=self.cfg.shuffle_buffer)
+        where = src.location("train")
+        rows = src.load("train", src.streaming)
+        if src.streaming:  # a shuffle buffer instead of a permutation (rows are never all in memory)
+            rows = rows.shuffle(seed=src.seed, buffer_size=src.shuffle_buffer)
         for self.epoch in itertools.count():
-            if self.cfg.streaming:
+            if src.streaming:
                 rows.set_epoch(self.epoch)
                 numbered: Iterable[tuple[int, dict]] = enumerate(rows, start=1)
             else:
                 order = list(range(len(rows)))
-                random.Random(self.cfg.seed * 1_000_003 + self.epoch).shuffle(order)
+                random.Random(src.seed * 1_000_003 + self.epoch).shuffle(order)
                 numbered = ((i + 1, rows[i]) for i in order)
             seen = 0
             for number, row in numbered:
                 seen += 1
-                yield encode_row(row, self.cfg, self.tokenizer, f"{where} row {number}")
+                yield encode_row(row, src, self.tokenizer, f"{where} row {number}")
             if not seen:
                 raise ValueError(f"{where}: the train split has no rows")
 
     def eval_batches(self) -> list[SFTBatch]:
-        """The first dataset.eval_size rows of dataset.eval_split (the task's held-out set for arithmetic)."""
-        if self.cfg.source == "arithmetic":
-            _, heldout = self._arithmetic()
-            return list(self.eval_packer.batches(self._encode_problem(p) for p in heldout))
-        if self.cfg.eval_split is None or self.cfg.eval_size == 0:
+        """The first dataset.eval_size rows of the eval split (the task's held-out set for arithmetic)."""
+        src = self.source
+        if not hasattr(src, "load"):
+            return list(self.eval_packer.batches(self._encode_problem(p) for p in src.eval_problems(self.tokenizer)))
+        if not src.has_eval() or src.eval_size == 0:
             return []
-        from forge_exp.data.hf import load_rows, split_location
-
-        where = split_location(self.cfg, self.cfg.eval_split)
-        rows = load_rows(self.cfg, self.cfg.eval_split)
-        count = len(rows) if self.cfg.eval_size is None else min(self.cfg.eval_size, len(rows))
-        examples = (encode_row(rows[i], self.cfg, self.tokenizer, f"{where} row {i + 1}") for i in range(count))
+        where = src.location("eval")
+        rows = src.load("eval")
+        count = len(rows) if src.eval_size is None else min(src.eval_size, len(rows))
+        examples = (encode_row(rows[i], src, self.tokenizer, f"{where} row {i + 1}") for i in range(count))
         return list(self.eval_packer.batches(examples))
-
-    def _arithmetic(self):
-        from forge_exp.config.dataset import build_dataset
-
-        return build_dataset(self.cfg, self.tokenizer)
 
     def _encode_problem(self, problem: Any) -> Example:
         return encode_prompt_completion(problem.prompt, problem.target, self.tokenizer)

@@ -2,23 +2,24 @@
 
 This machine (and most SLURM compute nodes) cannot reach the Hub, so every load passes `local_files_only=True`:
 a model comes from `model.path` (a local directory in HF format) or from the local Hugging Face cache under
-`model.hf_id`. `check_model_available` answers "will the load work?" from file names alone, without loading
-anything, so the CLI can fail in a second instead of after spawning the process meshes.
+`model.hf_id`. A `ModelSpec` (what conf/model/*.yaml builds) says which model and how to load it, without loading
+it: `check_available()` answers "will the load work?" from file names alone, so the CLI can fail in a second
+instead of after spawning the process meshes; `build()` and `tokenizer()` load.
 """
 
 from __future__ import annotations
 
 import threading
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-if TYPE_CHECKING:
-    from forge_exp.config.model import ModelConfig
+from forge_exp import choices
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in choices.DTYPES}
 # A model directory has one of these: a single safetensors/bin file or the index of a sharded one.
 WEIGHT_FILES = (
     "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"
@@ -88,22 +89,61 @@ def _in_hf_cache(repo_id: str) -> bool:
     return cached("config.json") and any(cached(name) for name in WEIGHT_FILES)
 
 
-def check_model_available(cfg: "ModelConfig") -> None:
-    """Raise ValueError with one line saying what to do when the weights of `cfg` are not on this machine.
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model to load from a local HF-format directory (`path`). Subclasses say where else it may come from."""
 
-    Fast: looks at file names only. A tiny model without `path` is built from scratch, so it is always available.
-    """
-    if cfg.path:
-        why = _missing_from_dir(cfg.path)
-        if why:
-            raise ValueError(f"model.path={cfg.path} {why}: pass a local directory saved with save_pretrained")
-        return
-    if cfg.source == "tiny":
-        return
-    if not cfg.hf_id:
-        raise ValueError("model.source=hf needs model.hf_id (a Hub id in the local cache) or model.path (a local dir)")
-    if not _in_hf_cache(cfg.hf_id):
-        raise ValueError(
-            f"model.path is not set and {cfg.hf_id} is not in the local Hugging Face cache "
-            "(this machine cannot reach the Hub): download it elsewhere and pass model.path=<local dir>"
-        )
+    path: str | None = None  # a local HF-format directory: a real model, a warm start or a checkpoint
+    dtype: str = "float32"  # what generators and the reference model hold; trainers keep float32 master weights
+    attn_implementation: str = "sdpa"
+    gradient_checkpointing: bool = False
+
+    @property
+    def random_init(self) -> bool:
+        """True when build() makes fresh weights (nothing is loaded): only such a model needs a warm start."""
+        return False
+
+    def loading(self, path: str | None) -> "ModelSpec":
+        """The same model, its weights read from `path` (a warm start or checkpoint of it); None: unchanged."""
+        return dataclasses.replace(self, path=path) if path else self
+
+    def source(self) -> str:
+        return self.path
+
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return load_tokenizer(self.source())
+
+    def build(self, device: str | torch.device = "cpu", dtype: str | None = None) -> PreTrainedModel:
+        """The model on `device`, in `dtype` (default: self.dtype)."""
+        model = load_causal_lm(self.source(), dtype or self.dtype, self.attn_implementation,
+                               self.gradient_checkpointing)
+        return model.to(device)
+
+    def check_available(self) -> None:
+        """Raise ValueError with one line saying what to do when the weights are not on this machine."""
+        if self.path:
+            why = _missing_from_dir(self.path)
+            if why:
+                raise ValueError(f"model.path={self.path} {why}: pass a local directory saved with save_pretrained")
+            return
+        raise ValueError("model.path is not set: give a local HF-format model directory")
+
+
+@dataclass(frozen=True)
+class Pretrained(ModelSpec):
+    """A released model: `path`, or `hf_id` looked up in the local Hugging Face cache (never downloaded)."""
+
+    hf_id: str | None = None
+    dtype: str = "bfloat16"
+
+    def source(self) -> str:
+        return self.path or self.hf_id
+
+    def check_available(self) -> None:
+        if self.path or not self.hf_id:
+            return super().check_available()
+        if not _in_hf_cache(self.hf_id):
+            raise ValueError(
+                f"model.path is not set and {self.hf_id} is not in the local Hugging Face cache "
+                "(this machine cannot reach the Hub): download it elsewhere and pass model.path=<local dir>"
+            )

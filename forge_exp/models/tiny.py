@@ -7,8 +7,13 @@ in one function per size).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
+
+from forge_exp.models.hf import DTYPES, ModelSpec, enable_activation_checkpointing
+from forge_exp.models.tokenizer import build_char_tokenizer
 
 
 def qwen3(
@@ -51,19 +56,43 @@ def qwen3(
     return model
 
 
-def qwen3_tiny(*, vocab_size: int, pad_id: int, bos_id: int, eos_id: int, seed: int = 0) -> Qwen3ForCausalLM:
-    """The default experiment's model (~0.59M parameters with the character tokenizer): conf/model/tiny.yaml."""
-    return qwen3(
-        vocab_size=vocab_size,
-        hidden_size=128,
-        num_layers=3,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=32,
-        intermediate_size=384,
-        max_position_embeddings=64,
-        pad_id=pad_id,
-        bos_id=bos_id,
-        eos_id=eos_id,
-        seed=seed,
-    )
+@dataclass(frozen=True)
+class TinyQwen3(ModelSpec):
+    """conf/model/tiny.yaml: a randomly initialised Qwen3 with the character tokenizer, the default experiment's
+    model (~0.59M parameters at these sizes). With `path` set it loads that directory instead (its warm start or a
+    checkpoint), sizes and tokenizer included."""
+
+    hidden_size: int = 128
+    num_layers: int = 3
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    intermediate_size: int = 384
+    max_position_embeddings: int = 64
+    seed: int = 0
+
+    @property
+    def random_init(self) -> bool:
+        return self.path is None
+
+    def check_available(self) -> None:
+        if self.path:
+            super().check_available()
+
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return super().tokenizer() if self.path else build_char_tokenizer()
+
+    def build(self, device: str | torch.device = "cpu", dtype: str | None = None) -> Qwen3ForCausalLM:
+        if self.path:
+            return super().build(device, dtype)
+        tokenizer = build_char_tokenizer()
+        model = qwen3(
+            vocab_size=len(tokenizer), hidden_size=self.hidden_size, num_layers=self.num_layers,
+            num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+            intermediate_size=self.intermediate_size, max_position_embeddings=self.max_position_embeddings,
+            pad_id=tokenizer.pad_token_id, bos_id=tokenizer.bos_token_id, eos_id=tokenizer.eos_token_id,
+            seed=self.seed, attn_implementation=self.attn_implementation,
+        ).to(DTYPES[dtype or self.dtype])
+        if self.gradient_checkpointing:
+            enable_activation_checkpointing(model)
+        return model.to(device)

@@ -8,13 +8,13 @@ from forge_exp.rl.types import Episode, Group
 
 
 def to_episodes(
-    groups: list[Group], advantage: str, overlong_penalty: bool, max_len: int, overlong_buffer: int
+    groups: list[Group], advantage: str, eps: float, overlong_penalty: bool, max_len: int, overlong_buffer: int
 ) -> list[Episode]:
     episodes = []
     for group in groups:
         if overlong_penalty:  # DAPO's soft punishment of responses close to the length limit
             group = apply_soft_overlong_penalty(group, max_len, overlong_buffer)
-        advantages = compute_advantages(group.rewards, advantage)
+        advantages = compute_advantages(group.rewards, str(getattr(advantage, "value", advantage)), eps=eps)
         episodes += [
             Episode(completion=c, reward=r, advantage=float(a))
             for c, r, a in zip(group.completions, group.rewards, advantages)

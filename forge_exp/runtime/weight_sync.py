@@ -152,8 +152,9 @@ class WeightReceiver:
     """The generator's side: takes a snapshot of each published version into a private staging buffer (on a side
     stream, so it does not wait for a batch in flight), and loads it into the model between batches."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device):
-        self.params = parameters(model)
+    def __init__(self, model: torch.nn.Module | dict[str, torch.Tensor], device: torch.device):
+        """`model`: the generator's model, or its parameters by HF name (a generation engine's parameters())."""
+        self.params = dict(model) if isinstance(model, dict) else parameters(model)
         self.device = torch.device(device)
         self.layout, self.nbytes = layout_of(self.params)
         self._staging: list[torch.Tensor] | None = None
@@ -191,12 +192,16 @@ class WeightReceiver:
             return "state?"
         return got
 
-    def load(self) -> None:
-        """Copy the last snapshot into the model. Called between batches: the last batch ended with a device sync,
-        so no kernel still reads the parameters. On the side stream and waited for there alone, so a colocated
-        trainer's kernels queued on the default stream (services=single_gpu) are not waited for."""
+    def load(self, sink=None) -> None:
+        """Hand the last snapshot to `sink` (a generation engine's load_weights: an iterable of (name, tensor)), or
+        copy it into the model's parameters. Called between batches: the last batch ended with a device sync, so no
+        kernel still reads the parameters. On the side stream and waited for there alone, so a colocated trainer's
+        kernels queued on the default stream (services=single_gpu) are not waited for."""
         with torch.no_grad(), _on(self._stream, self.device):
-            torch._foreach_copy_([p.detach() for p in self.params.values()], self._staging, non_blocking=True)
+            if sink is None:
+                torch._foreach_copy_([p.detach() for p in self.params.values()], self._staging, non_blocking=True)
+            else:
+                sink(zip([s.name for s in self.layout], self._staging))
         if self._stream is not None:
             self._stream.synchronize()
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,6 +19,9 @@ from mlflow.tracking import MlflowClient
 
 MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
 BATCH = 900  # metrics per log_batch call (MLflow accepts up to 1000)
+# MLflow 3's UI opens an experiment on its GenAI pages (traces) unless the experiment says it holds training runs
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
 
 
 def default_tracking_uri(root: str | os.PathLike | None = None) -> str:
@@ -76,9 +81,13 @@ class Tracker:
         self.client = MlflowClient(uri)
         exp = self.client.get_experiment_by_name(experiment)
         if exp is None:
-            exp_id = self.client.create_experiment(experiment, artifact_location=_artifact_root(uri))
+            exp_id = self.client.create_experiment(experiment, artifact_location=_artifact_root(uri),
+                                                   tags=EXPERIMENT_KIND)
         else:
             exp_id = exp.experiment_id
+            if not set(EXPERIMENT_KIND.items()) <= set(exp.tags.items()):  # a store made before this tag existed
+                for k, v in EXPERIMENT_KIND.items():
+                    self.client.set_experiment_tag(exp_id, k, v)
         self.experiment_id = exp_id
         all_tags = dict(tags or {})
         if parent_run_id:
@@ -168,7 +177,21 @@ class Tracker:
         else:
             self.close("FAILED")
 
-    def ui_command(self) -> str:
-        if self.uri.startswith(("http://", "https://")):
-            return f"open {self.uri}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
-        return f"mlflow ui --backend-store-uri {self.uri}"
+    def run_url(self) -> str:
+        base = self.uri.rstrip("/") if self.uri.startswith(("http://", "https://")) else UI
+        return f"{base}/#/experiments/{self.experiment_id}/runs/{self.run_id}?workflowType=machine_learning"
+
+
+def ui_command(uri: str) -> str:
+    """The command that opens the UI on `uri`, runnable from where the user stands: the `mlflow` of this
+    interpreter's environment when `mlflow` is not on PATH (a venv that is not activated)."""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    exe = Path(sys.executable).parent / "mlflow"
+    if shutil.which("mlflow") and Path(shutil.which("mlflow")).resolve() == exe.resolve():
+        mlflow = "mlflow"
+    elif exe.exists():
+        mlflow = os.path.relpath(exe) if not os.path.relpath(exe).startswith("../..") else str(exe)
+    else:
+        mlflow = f"{sys.executable} -m mlflow"
+    return f"{mlflow} ui --backend-store-uri {uri}"

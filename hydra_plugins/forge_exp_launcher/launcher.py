@@ -1,6 +1,8 @@
 """The launchers behind `hydra/launcher=submitit_slurm` and `submitit_local` (conf/hydra/launcher/): the
 hydra-submitit-launcher plugin's, with three changes. (Here, not in forge_exp/, because Hydra instantiates only
-launchers from the hydra_plugins package; forge_exp.tracking.sweep.register() registers them.)
+launchers from the hydra_plugins package; cli.py registers them for editable installs, whose import hook Hydra's
+plugin scan does not see. Without hydra-submitit-launcher installed this module defines nothing and imports
+cleanly, so Hydra's scan stays quiet.)
 
 - Every job of the array is waited for. A job that ends without a result (scancel, node failure, time limit,
   killed for memory) becomes a failed job whose error names its overrides, its SLURM id, its state and its log,
@@ -26,10 +28,15 @@ from typing import Any, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job, setup_globals
-from hydra_plugins.hydra_submitit_launcher import submitit_launcher as plugin
 from omegaconf import OmegaConf, open_dict
 
-import forge_exp.tracking.sweep as sweep  # registers the resolvers the launcher configs use
+import forge_exp.launch.resources  # noqa: F401 — registers the resolvers the launcher configs use
+from forge_exp.launch import sweep
+
+try:
+    from hydra_plugins.hydra_submitit_launcher import submitit_launcher as plugin
+except ImportError:  # the optional launcher plugin is not installed: no submitit launchers, and no import error
+    plugin = None
 
 log = logging.getLogger("forge_exp.sweep")
 
@@ -86,6 +93,11 @@ class _ForgeSubmitit:
         import submitit
 
         assert self.config is not None and len(job_overrides) > 0
+        problem = sweep.launcher_problem(self.config)
+        if problem:
+            from forge_exp.config.validate import ConfigError
+
+            raise ConfigError(problem)
         init_keys = {"submitit_folder", "max_num_timeout"}
         executor = submitit.AutoExecutor(
             cluster=self._EXECUTOR, folder=self.params["submitit_folder"],
@@ -178,9 +190,10 @@ def _watch_sigterm() -> threading.Event:
     return stopping
 
 
-class SlurmLauncher(_ForgeSubmitit, plugin.SlurmLauncher):
-    pass
+if plugin is not None:
 
+    class SlurmLauncher(_ForgeSubmitit, plugin.SlurmLauncher):
+        pass
 
-class LocalLauncher(_ForgeSubmitit, plugin.LocalLauncher):
-    pass
+    class LocalLauncher(_ForgeSubmitit, plugin.LocalLauncher):
+        pass

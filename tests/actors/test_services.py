@@ -7,23 +7,18 @@ import asyncio
 import os
 
 import psutil
-from omegaconf import OmegaConf
 
 from forge_exp.actors.dataset import DatasetService
 from forge_exp.actors.generator import Generator
 from forge_exp.actors.replay_buffer import ReplayBufferService
 from forge_exp.actors.reward import RewardWorker
-from forge_exp.config.dataset import DatasetConfig
-from forge_exp.config.model import ModelConfig
-from forge_exp.config.reward import RewardConfig
 from forge_exp.config.services import ServicesConfig, ServiceSpec
 from forge_exp.rl.types import Completion, Episode, Group, Problem
 from forge_exp.runtime.layout import plan_meshes
 from forge_exp.runtime.services import Runtime
-from tests.conftest import CONF
+from tests.config.helpers import typed
 
-MODEL = ModelConfig()
-REWARD = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RewardConfig), OmegaConf.load(CONF / "reward/arithmetic.yaml")))
+CFG = typed("dataset.eval_size=16")
 
 
 def children() -> set[int]:
@@ -34,9 +29,9 @@ async def exercise() -> dict:
     layout = ServicesConfig(generator=ServiceSpec(mesh="generator", replicas=2), reward=ServiceSpec(mesh="host"))
     out = {}
     async with Runtime(plan_meshes(layout, {"dataset", "generator", "reward", "replay_buffer"})) as runtime:
-        dataset = runtime.spawn("dataset", DatasetService, DatasetConfig(eval_size=16), MODEL)
-        generator = runtime.spawn("generator", Generator, MODEL, None, 0)
-        reward = runtime.spawn("reward", RewardWorker, REWARD)
+        dataset = runtime.spawn("dataset", DatasetService, CFG.dataset, CFG.model)
+        generator = runtime.spawn("generator", Generator, CFG.generator, CFG.model, None, 0)
+        reward = runtime.spawn("reward", RewardWorker, CFG.reward)
         buffer = runtime.spawn("replay_buffer", ReplayBufferService, 1, 0)
 
         problems = await dataset.route().sample.call_one(3)

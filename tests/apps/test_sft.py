@@ -45,17 +45,18 @@ def history(client, run, key) -> list[tuple[int, float]]:
 
 @pytest.fixture
 def sft_data(tmp_path):
-    """Chat-format rows (prompt/completion rows go through the same loader: tests/apps/test_sft_data.py)."""
+    """Chat-format rows (prompt/completion rows go through the same loader: tests/apps/test_sft_data.py); the
+    overrides that point dataset=jsonl at them."""
     data = tmp_path / "sft"
     data.mkdir()
     for split, convs in (("train", CONVERSATIONS), ("test", CONVERSATIONS[:2])):
         (data / f"{split}.jsonl").write_text("".join(json.dumps(c) + "\n" for c in convs))
-    return str(data / "{split}.jsonl")
+    return ["dataset=jsonl", f"dataset.train_path={data / 'train.jsonl'}", f"dataset.eval_path={data / 'test.jsonl'}"]
 
 
 def test_sft_trains_checkpoints_resumes_and_hands_its_model_to_grpo_and_eval(tmp_path, sft_data):
     model = save_tiny_family("qwen3", tmp_path / "base")
-    sft = ["algorithm=sft", "model=qwen3_1_7b", f"model.path={model}", "dataset=jsonl", f"dataset.path='{sft_data}'",
+    sft = ["algorithm=sft", "model=qwen3_1_7b", f"model.path={model}", "services=cpu", *sft_data,
            "dataset.system_prompt=none", "algorithm.batch_size=2", "algorithm.max_seq_len=128", "algorithm.lr=3e-3",
            "algorithm.warmup_steps=1", "eval.every=3", "checkpoint.every=3"]
     first = forge_exp(tmp_path, *sft, "steps=3")
@@ -91,10 +92,10 @@ def test_sft_trains_checkpoints_resumes_and_hands_its_model_to_grpo_and_eval(tmp
 
     # GRPO and a stand-alone evaluation start from the SFT model
     data = write_gsm8k_jsonl(tmp_path / "gsm8k", train=8, test=4)
-    gsm8k = ["model=qwen3_1_7b", f"model.path={final}", "dataset=jsonl", f"dataset.path='{data}'",
+    gsm8k = ["model=qwen3_1_7b", f"model.path={final}", "services=cpu", *data,
              "dataset.target_format=gsm8k", "dataset.system_prompt=none", "dataset.max_new_tokens=8",
              "dataset.eval_size=4", "reward=math"]
-    forge_exp(tmp_path, *gsm8k, "steps=1", "warmstart.steps=0", "algorithm.beta=0", "algorithm.group_size=2",
+    forge_exp(tmp_path, *gsm8k, "steps=1", "algorithm.beta=0", "algorithm.group_size=2",
               "algorithm.prompts_per_step=2", run_dir="grpo")
     evaluated = forge_exp(tmp_path, "+mode=eval", *gsm8k, "eval.pass_k=2", run_dir="eval")
     assert "eval/accuracy" in evaluated.stdout

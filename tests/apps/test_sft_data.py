@@ -6,13 +6,15 @@ from __future__ import annotations
 import copy
 import json
 import math
+import warnings
 
 import pytest
 import torch
 
-from forge_exp.actors.sft import lr_at, sft_eval, sft_update, token_logprobs
-from forge_exp.config.dataset import DatasetConfig
-from forge_exp.config.model import ModelConfig, build_model
+from forge_exp.trainers.sft import sft_eval, sft_update, token_logprobs
+from forge_exp.data.arithmetic import ArithmeticTask
+from forge_exp.data.hf import FileProblems
+from tests.models.helpers import build_tiny
 from forge_exp.data import hf
 from forge_exp.data.sft import (
     Example,
@@ -52,7 +54,7 @@ def target_runs(ex: Example, tokenizer) -> list[str]:
 # ---------------------------------------------------------------------------------------------- loss masks
 def test_prompt_completion_trains_on_the_completion_and_eos_after_the_prompt_grpo_sees():
     tok = build_char_tokenizer()
-    cfg = DatasetConfig(name="t", source="jsonl", path="x/{split}.jsonl", system_prompt="none", use_chat_template=False)
+    cfg = FileProblems(train_path="x/train.jsonl", system_prompt="none", use_chat_template=False)
     ex = encode_row({"question": "what is 6+7?", "answer": "13"}, cfg, tok, "row 1")
     grpo_prompt = hf.ProblemMaker(cfg, tok)("what is 6+7?", "13").prompt  # what the generator is given in RL
     prompt_ids = tok(grpo_prompt)["input_ids"]  # ... and how it encodes it
@@ -84,7 +86,7 @@ def test_eos_is_added_when_the_template_ends_turns_with_another_token():
 
 
 def test_rows_that_cannot_be_trained_on_are_one_clear_error():
-    cfg = DatasetConfig(name="t", source="jsonl", path="x/{split}.jsonl", system_prompt="none", use_chat_template=False)
+    cfg = FileProblems(train_path="x/train.jsonl", system_prompt="none", use_chat_template=False)
     with pytest.raises(ValueError, match=r"data.jsonl row 3: no 'messages' list and no 'question' field"):
         encode_row({"prompt": "hi", "answer": "1"}, cfg, build_char_tokenizer(), "data.jsonl row 3")
     with pytest.raises(ValueError, match="needs a tokenizer with a chat template"):
@@ -123,7 +125,7 @@ def test_without_packing_each_example_is_a_right_padded_row_with_an_attention_ma
 
 @pytest.mark.parametrize("family", ["tiny", "qwen3", "llama"])
 def test_a_packed_row_gives_every_example_the_logits_it_has_alone(family):
-    model, tok = build_model(ModelConfig()) if family == "tiny" else tiny_family(family)
+    model, tok = build_tiny() if family == "tiny" else tiny_family(family)
     examples = [encode_prompt_completion(p, c, tok)
                 for p, c in (("12+7=", "19"), ("3*4=", "12"), ("99-1=", "98"))]
     (packed,) = list(Packer(max_seq_len=64, rows=1, pad_id=0).batches(examples))
@@ -156,8 +158,8 @@ def test_jsonl_stream_is_endless_seeded_and_the_eval_split_is_fixed(tmp_path):
     rows = [{"question": f"what is {i}+1?", "answer": f"{i + 1}"} for i in range(5)]
     for split in ("train", "test"):
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = DatasetConfig(name="t", source="jsonl", path=str(tmp_path / "{split}.jsonl"), system_prompt="none",
-                        use_chat_template=False, eval_size=3)
+    cfg = FileProblems(train_path=str(tmp_path / "train.jsonl"), eval_path=str(tmp_path / "test.jsonl"),
+                       system_prompt="none", use_chat_template=False, eval_size=3)
     tok = build_char_tokenizer()
 
     def first_examples(data: SFTData, n: int) -> list[list[int]]:
@@ -173,7 +175,7 @@ def test_jsonl_stream_is_endless_seeded_and_the_eval_split_is_fixed(tmp_path):
 
 
 def test_the_arithmetic_task_is_sft_data_too():
-    data = SFTData(DatasetConfig(eval_size=10), build_char_tokenizer(), max_seq_len=128, rows=2)
+    data = SFTData(ArithmeticTask(eval_size=10), build_char_tokenizer(), max_seq_len=128, rows=2)
     batch = next(data.train_batches())
     assert batch.input_ids.shape == (2, 128) and batch.examples > 10
     assert sum(b.examples for b in data.eval_batches()) == 10
@@ -183,7 +185,7 @@ def test_the_arithmetic_task_is_sft_data_too():
 def test_sft_update_minimises_the_token_mean_whatever_grad_accum():
     from forge_exp.rl.losses.sft import SFTLoss
 
-    model, tok = build_model(ModelConfig(num_layers=1))
+    model, tok = build_tiny(num_layers=1)
     examples = [encode_prompt_completion(p, c, tok) for p, c in
                 (("1+1=", "2"), ("12+30=", "42"), ("7*8=", "56"), ("100-1=", "99"))]
     (batch,) = list(Packer(16, 4, tok.pad_token_id).batches(examples))  # rows with 2, 3, 3, 3 target tokens
@@ -191,7 +193,7 @@ def test_sft_update_minimises_the_token_mean_whatever_grad_accum():
     for accum in (1, 2, 4):
         m = copy.deepcopy(model)
         opt = torch.optim.AdamW(m.parameters(), lr=0.0)
-        metrics = sft_update(m, opt, SFTLoss(), batch, grad_accum=accum, max_grad_norm=1e9, lr=0.0)
+        metrics = sft_update(m, opt, SFTLoss(), batch, grad_accum=accum, max_grad_norm=1e9)
         grads.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
         losses.append(metrics["loss/total"])
     # float64 reference: mean over all target tokens of -log softmax
@@ -213,9 +215,28 @@ def test_sft_loss_hand_numbers():
     assert float(metrics["loss/target_tokens"]) == 4
 
 
-def test_lr_warms_up_linearly_then_decays_by_cosine_to_a_tenth():
-    lr = [lr_at(s, 1.0, warmup_steps=2, total_steps=12) for s in range(13)]
-    assert lr[:3] == pytest.approx([0.5, 1.0, 1.0])
+def test_lr_warms_up_linearly_then_decays_by_cosine_to_a_tenth_and_resumes_at_its_step():
+    """transformers' cosine schedule with a 10% floor, as the HF trainer sets it up for SFT."""
+    from forge_exp.models.tiny import TinyQwen3
+    from forge_exp.rl.losses.sft import SFTLoss
+    from forge_exp.trainers.hf import HFTrainer
+    from forge_exp.trainers.sft import SFT_INPUTS
+
+    def trainer(step: int = 0) -> HFTrainer:
+        t = HFTrainer(TinyQwen3(num_layers=1), SFTLoss(), device=torch.device("cpu"), lr=1.0, weight_decay=0.0,
+                      loss_inputs=SFT_INPUTS)
+        t.step = step
+        t.lr_schedule(warmup_steps=2, total_steps=12)
+        return t
+
+    t = trainer()
+    lr = []
+    with warnings.catch_warnings():  # stepping the schedule alone, without optimizer steps
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(13):
+            lr.append(t.optimizer.param_groups[0]["lr"])
+            t.schedule.step()
+    assert lr[:3] == pytest.approx([0.0, 0.5, 1.0])
     assert lr[7] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
-    assert lr[12] == pytest.approx(0.1) and all(a >= b for a, b in zip(lr[1:], lr[2:]))
-    assert lr_at(0, 3e-3, 0, 10) == pytest.approx(3e-3)
+    assert lr[12] == pytest.approx(0.1) and all(a >= b for a, b in zip(lr[2:], lr[3:]))
+    assert trainer(step=7).optimizer.param_groups[0]["lr"] == pytest.approx(lr[7])  # a resumed run goes on

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 HERE = Path(__file__).resolve().parent
 ARTIFACTS = HERE / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
-PARAMS = ("algorithm.beta", "algorithm.clip_low", "algorithm.clip_high")
+PARAMS = ("algorithm.loss.beta", "algorithm.loss.clip_low", "algorithm.loss.clip_high")
 
 
 def test_compare_page_and_runs_table_show_the_sweep(slurm_sweep, tmp_path):
@@ -44,5 +44,6 @@ def test_compare_page_and_runs_table_show_the_sweep(slurm_sweep, tmp_path):
     proc = subprocess.run(["node", str(HERE / "mlflow_ui.mjs"), str(tmp_path / "check.json")], cwd=HERE,
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n(screenshot: {ARTIFACTS / 'failure.png'})"
-    for name in ("compare-runs.png", "runs-table.png"):
+    assert all("=" in r["name"] for r in check["runs"]), "children are named by their swept values"
+    for name in ("landing.png", "compare-runs.png", "runs-table.png"):
         assert (ARTIFACTS / name).stat().st_size > 20_000, f"{name} looks blank"

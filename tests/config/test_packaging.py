@@ -37,3 +37,14 @@ def test_wheel_carries_configs_and_composes_outside_the_checkout(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "hf_id: Qwen/Qwen3-1.7B" in r.stdout and "name: dapo" in r.stdout
+
+
+def test_every_config_folder_is_a_listed_package():
+    """Each folder of conf/ and sweeps/ ships as a data package: one missing from pyproject is left out of a wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    for root, prefix in (("conf", "forge_exp.conf"), ("sweeps", "forge_exp.sweeps")):
+        for folder in [ROOT / root, *(p for p in (ROOT / root).rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+            name = ".".join([prefix, *folder.relative_to(ROOT / root).parts])
+            assert name in listed, f"{name} is missing from [tool.setuptools] packages in pyproject.toml"

@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from forge_exp.config.dataset import DatasetConfig
+import dataclasses
+
 from forge_exp.data import hf
 from tests.data.test_prompts import make_tokenizer
 
@@ -41,10 +42,14 @@ def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def config(tmp_path, **overrides) -> DatasetConfig:
-    fields = dict(name="test", source="jsonl", path=str(tmp_path / "{split}.jsonl"), target_format="gsm8k",
-                  system_prompt="none", use_chat_template=False, eval_size=None)
-    return DatasetConfig(**{**fields, **overrides})
+def config(tmp_path, **overrides) -> hf.FileProblems:
+    fields = dict(train_path=str(tmp_path / "train.jsonl"), eval_path=str(tmp_path / "test.jsonl"),
+                  target_format="gsm8k", system_prompt="none", use_chat_template=False, eval_size=None)
+    return hf.FileProblems(**{**fields, **overrides})
+
+
+def build(source: hf.RowProblems, tokenizer, cache_dir=None):
+    return source.problems(tokenizer, cache_dir=cache_dir)
 
 
 @pytest.fixture
@@ -55,7 +60,7 @@ def gsm8k_files(tmp_path):
 
 
 def test_jsonl_gsm8k_field_mapping_and_targets(gsm8k_files, tmp_path):
-    factory, eval_problems = hf.build(config(gsm8k_files, eval_size=2), None, cache_dir=str(tmp_path / "cache"))
+    factory, eval_problems = build(config(gsm8k_files, eval_size=2), None, cache_dir=str(tmp_path / "cache"))
     assert [(p.question, p.target) for p in eval_problems] == [("What is 6*7?", "42"), ("What is 1000+234?", "1234")]
     assert eval_problems[0].prompt == "User: What is 6*7?\nAssistant:"
     first_epoch = list(itertools.islice(factory(), 10))
@@ -64,15 +69,15 @@ def test_jsonl_gsm8k_field_mapping_and_targets(gsm8k_files, tmp_path):
 
 def test_train_order_is_reshuffled_each_epoch_and_seeded(gsm8k_files, tmp_path):
     cache = str(tmp_path / "cache")
-    factory, _ = hf.build(config(gsm8k_files, eval_split=None), None, cache_dir=cache)
+    factory, _ = build(config(gsm8k_files, eval_path=None), None, cache_dir=cache)
     stream = factory()
     epochs = [[p.target for p in itertools.islice(stream, 10)] for _ in range(3)]
     assert factory.epoch == 2
     assert all(sorted(e) == sorted(epochs[0]) for e in epochs)  # every epoch is a permutation of the split
     assert len({tuple(e) for e in epochs}) == 3  # ... a different one each time
-    again, _ = hf.build(config(gsm8k_files, eval_split=None), None, cache_dir=cache)
+    again, _ = build(config(gsm8k_files, eval_path=None), None, cache_dir=cache)
     assert [p.target for p in itertools.islice(again(), 30)] == sum(epochs, [])  # same seed, same order
-    other, _ = hf.build(config(gsm8k_files, eval_split=None, seed=1), None, cache_dir=cache)
+    other, _ = build(config(gsm8k_files, eval_path=None, seed=1), None, cache_dir=cache)
     assert [p.target for p in itertools.islice(other(), 10)] != epochs[0]
     assert [p.target for p in itertools.islice(factory(start_epoch=2), 10)] == epochs[2]  # resumable
 
@@ -80,9 +85,10 @@ def test_train_order_is_reshuffled_each_epoch_and_seeded(gsm8k_files, tmp_path):
 def test_parquet_math_boxed_targets_with_chat_template(tmp_path):
     pq.write_table(pa.Table.from_pylist(MATH_ROWS), tmp_path / "train.parquet")
     pq.write_table(pa.Table.from_pylist(MATH_ROWS[:1]), tmp_path / "test.parquet")
-    cfg = config(tmp_path, source="parquet", path=str(tmp_path / "{split}.parquet"), question_key="problem",
+    cfg = config(tmp_path, train_path=str(tmp_path / "train.parquet"), eval_path=str(tmp_path / "test.parquet"),
+                 question_key="problem",
                  answer_key="solution", target_format="boxed", system_prompt="boxed", use_chat_template=True)
-    factory, eval_problems = hf.build(cfg, make_tokenizer(), cache_dir=str(tmp_path / "cache"))
+    factory, eval_problems = build(cfg, make_tokenizer(), cache_dir=str(tmp_path / "cache"))
     assert sorted(p.target for p in itertools.islice(factory(), 2)) == ["-2", "\\frac{1}{2}"]
     (problem,) = eval_problems
     assert problem.question == MATH_ROWS[0]["problem"]
@@ -91,7 +97,7 @@ def test_parquet_math_boxed_targets_with_chat_template(tmp_path):
 
 
 def test_streaming_jsonl(gsm8k_files):
-    factory, eval_problems = hf.build(config(gsm8k_files, streaming=True, eval_size=1, shuffle_buffer=4), None)
+    factory, eval_problems = build(config(gsm8k_files, streaming=True, eval_size=1, shuffle_buffer=4), None)
     assert [p.target for p in eval_problems] == ["42"]
     stream = factory()
     epochs = [sorted(p.target for p in itertools.islice(stream, 10)) for _ in range(2)]
@@ -103,43 +109,56 @@ def test_a_row_missing_a_key_names_the_file_row_and_key(gsm8k_files, tmp_path):
     del rows[6]["question"]
     write_jsonl(gsm8k_files / "train.jsonl", rows)
     with pytest.raises(ValueError, match=r"train\.jsonl row 7: missing key 'question' \(dataset\.question_key\)"):
-        hf.build(config(gsm8k_files), None, cache_dir=str(tmp_path / "cache"))
+        build(config(gsm8k_files), None, cache_dir=str(tmp_path / "cache"))
 
 
 def test_a_null_field_or_missing_column_in_parquet(tmp_path):
     rows = [dict(r) for r in MATH_ROWS] + [{**MATH_ROWS[0], "solution": None}]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
-    cfg = config(tmp_path, source="parquet", path=str(tmp_path / "train.parquet"), eval_split=None,
+    cfg = config(tmp_path, train_path=str(tmp_path / "train.parquet"), eval_path=None,
                  question_key="problem", answer_key="solution", target_format="boxed")
     with pytest.raises(ValueError, match=r"train\.parquet row 3: key 'solution' is null \(dataset\.answer_key\)"):
-        hf.build(cfg, None, cache_dir=str(tmp_path / "cache"))
-    cfg.question_key = "question"  # MATH calls it "problem"
+        build(cfg, None, cache_dir=str(tmp_path / "cache"))
+    cfg = dataclasses.replace(cfg, question_key="question")  # MATH calls it "problem"
     with pytest.raises(ValueError, match=r"row 1: missing key 'question' .* the row has: problem, level"):
-        hf.build(cfg, None, cache_dir=str(tmp_path / "cache"))
+        build(cfg, None, cache_dir=str(tmp_path / "cache"))
 
 
 def test_an_answer_without_its_target_marker(gsm8k_files, tmp_path):
     write_jsonl(gsm8k_files / "test.jsonl", GSM8K_TEST + [{"question": "q", "answer": "no marker"}])
     with pytest.raises(ValueError, match=r"test\.jsonl row 4: 'answer' has no '#### <answer>' line"):
-        hf.build(config(gsm8k_files), None, cache_dir=str(tmp_path / "cache"))
+        build(config(gsm8k_files), None, cache_dir=str(tmp_path / "cache"))
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"dataset\.path: .*train\.jsonl does not exist"):
-        hf.build(config(tmp_path), None)
+    with pytest.raises(FileNotFoundError, match=r"dataset\.train_path: .*train\.jsonl does not exist"):
+        build(config(tmp_path), None)
 
 
 def test_prompts_over_max_prompt_tokens_are_skipped(gsm8k_files, tmp_path):
     rows = GSM8K_TRAIN[:3] + [{"question": "word " * 50, "answer": "#### 1"}]
     write_jsonl(gsm8k_files / "train.jsonl", rows)
-    factory, _ = hf.build(config(gsm8k_files, eval_split=None, max_prompt_tokens=20), make_tokenizer(),
+    factory, _ = build(config(gsm8k_files, eval_path=None, max_prompt_tokens=20), make_tokenizer(),
                           cache_dir=str(tmp_path / "cache"))
     assert len({p.target for p in itertools.islice(factory(), 9)}) == 3
     assert factory.skipped == 3  # the long one, once per epoch
-    tiny, _ = hf.build(config(gsm8k_files, eval_split=None, max_prompt_tokens=1), make_tokenizer(),
+    tiny, _ = build(config(gsm8k_files, eval_path=None, max_prompt_tokens=1), make_tokenizer(),
                        cache_dir=str(tmp_path / "cache"))
     with pytest.raises(ValueError, match="no prompt fits in dataset.max_prompt_tokens=1"):
         next(tiny())
+
+
+def test_hub_source_names_its_splits():
+    src = hf.HubProblems(path="openai/gsm8k", subset="main", split="train", eval_split="test")
+    assert (src.location("train"), src.location("eval"), src.has_eval()) == ("openai/gsm8k[train]",
+                                                                             "openai/gsm8k[test]", True)
+    assert src._load_args("eval") == (("openai/gsm8k", "main"), {"split": "test"})
+
+
+def test_an_unknown_file_type_names_the_key(tmp_path):
+    (tmp_path / "train.csv").write_text("question,answer\n")
+    with pytest.raises(ValueError, match=r"^dataset\.train_path=.*train\.csv: unknown file type \.csv"):
+        build(config(tmp_path, train_path=str(tmp_path / "train.csv")), None)
 
 
 @pytest.mark.parametrize(

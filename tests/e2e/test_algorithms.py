@@ -23,9 +23,9 @@ def sweep(tmp_path_factory, warmstart_cache):
     uri = f"sqlite:///{tmp}/mlflow.db"
     cmd = [
         sys.executable, "-m", "forge_exp.cli", "-m", "algorithm=glob(*)", f"steps={STEPS}", "dataset.eval_size=64",
-        "progress=false", f"hydra.sweep.dir={tmp}/sweep", f"tracking.uri={uri}", f"warmstart.cache_dir={warmstart_cache}",
-        # SFT (in the glob too) packs problem → answer rows; short rows suit the tiny model (64 positions)
-        "algorithm.batch_size=16", "algorithm.max_seq_len=64",
+        "progress=false", f"hydra.sweep.dir={tmp}/sweep", f"tracking.uri={uri}", f"model.warmstart.cache_dir={warmstart_cache}",
+        # (SFT, in the glob too, packs problem → answer rows: model_algorithm/tiny_sft.yaml sizes them for the tiny
+        # model's 64 positions)
     ]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]

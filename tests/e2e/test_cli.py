@@ -24,7 +24,7 @@ def cli(tmp_path, warmstart_cache):
         return [
             sys.executable, "-m", "forge_exp.cli", *args,
             f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/mlruns/mlflow.db",
-            f"warmstart.cache_dir={warmstart_cache}",
+            f"model.warmstart.cache_dir={warmstart_cache}",
         ]
     return command
 
@@ -120,3 +120,15 @@ def test_a_failing_service_stops_every_process(tmp_path, cli):
         [e.experiment_id for e in MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db").search_experiments()]
     )[0]
     assert run.info.status == "FAILED"
+
+
+def test_a_run_that_learns_nothing_says_so_once(cli):
+    """Every group scores the same for many steps: advantages are 0, the gradient is 0; the run warns once."""
+    code, out, err, _ = run_watching(
+        cli("steps=12", "dataset.eval_size=16", "progress=false", "reward.functions.exact._target_=tests.e2e.boom.flat_reward"),
+        timeout=300,
+    )
+    assert code == 0, err[-3000:]
+    warnings = [line for line in (out + err).splitlines() if "zero reward variance for 10 steps" in line]
+    assert len(warnings) >= 1 and all("algorithm.temperature" in w for w in warnings), out[-2000:]
+    assert sum("forge-exp: warning:" in line for line in out.splitlines()) == 1

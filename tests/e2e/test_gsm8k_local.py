@@ -26,17 +26,16 @@ class FlakyReward:
 
 
 def test_grpo_on_local_gsm8k_rows_from_a_local_checkpoint_lands_in_mlflow(tmp_path):
-    from forge_exp.config.model import ModelConfig, build_model
+    from tests.models.helpers import build_tiny
     from forge_exp.models.checkpoint import save_hf_checkpoint
 
-    checkpoint = save_hf_checkpoint(*build_model(ModelConfig()), tmp_path / "tiny")
-    data = write_gsm8k_jsonl(tmp_path / "gsm8k", train=32, test=8)
+    checkpoint = save_hf_checkpoint(*build_tiny(), tmp_path / "tiny")
+    data = write_gsm8k_jsonl(tmp_path / "gsm8k", train=32, test=8, digits=True)
     store = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     cmd = [
-        sys.executable, "-m", "forge_exp.cli", f"model.path={checkpoint}", "reward=math", "dataset=jsonl",
-        f"dataset.path='{data}'", "dataset.target_format=gsm8k", "dataset.use_chat_template=false",
-        "dataset.system_prompt=none", "dataset.max_new_tokens=8", "dataset.max_prompt_tokens=48",
-        "steps=4", "warmstart.steps=0", "algorithm.beta=0", "algorithm.prompts_per_step=4", "algorithm.group_size=4",
+        sys.executable, "-m", "forge_exp.cli", f"model.path={checkpoint}", "reward=math", *data,
+        "dataset.target_format=gsm8k", "dataset.max_new_tokens=8",
+        "steps=4", "algorithm.prompts_per_step=4", "algorithm.group_size=4",
         "eval.every=2", "eval.pass_k=2",
         "+reward.functions.flaky={_target_: tests.e2e.test_gsm8k_local.FlakyReward, weight: 0.0}",
         "progress=false", f"hydra.run.dir={tmp_path}/run", f"tracking.uri={store}",
@@ -50,7 +49,7 @@ def test_grpo_on_local_gsm8k_rows_from_a_local_checkpoint_lands_in_mlflow(tmp_pa
     assert run.info.status == "FINISHED"
     params = run.data.params
     assert params["model.path"] == str(checkpoint) and params["model.name"] == "tiny"
-    assert params["dataset.source"] == "jsonl" and params["dataset.target_format"] == "gsm8k"
+    assert params["dataset.name"] == "jsonl" and params["dataset.target_format"] == "gsm8k"
     assert params["reward.name"] == "math"
     assert params["reward.functions.correct._target_"] == "forge_exp.rewards.math.MathReward"
 

@@ -14,13 +14,13 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT
 
-ARGS = ["steps=10", "warmstart.steps=20", "algorithm.beta=0", "checkpoint.every=2", "progress=false",
+ARGS = ["steps=10", "model.warmstart.steps=20", "algorithm.beta=0", "checkpoint.every=2", "progress=false",
         "dataset.eval_size=32", "algorithm.lr=1e-3"]
 
 
 def test_killed_run_resumes_into_the_same_mlflow_run(tmp_path):
     common = [f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-              f"warmstart.cache_dir={tmp_path}/cache"]
+              f"model.warmstart.cache_dir={tmp_path}/cache"]
     cmd = [sys.executable, "-m", "forge_exp.cli", *ARGS, *common]
     first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     marker = Path(tmp_path) / "run" / "checkpoints" / "step_0000004" / "metrics_flushed"

@@ -35,3 +35,19 @@ def right_pad(rows, pad_id):
         ids[i, : len(r)] = torch.tensor(r)
         mask[i, : len(r)] = True
     return ids, mask
+
+
+def build_tiny(**sizes):
+    """`(model, tokenizer)` of models.tiny.TinyQwen3(**sizes): what model=tiny builds."""
+    from forge_exp.models.tiny import TinyQwen3
+
+    spec = TinyQwen3(**sizes)
+    return spec.build(), spec.tokenizer()
+
+
+def build_from(path, dtype: str = "float32"):
+    """`(model, tokenizer)` loaded from an HF-format directory, as model.path=<dir> loads it."""
+    from forge_exp.models.hf import ModelSpec
+
+    spec = ModelSpec(path=str(path), dtype=dtype)
+    return spec.build(), spec.tokenizer()

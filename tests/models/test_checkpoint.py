@@ -5,13 +5,13 @@ import json
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from forge_exp.config.model import ModelConfig, build_model
+from tests.models.helpers import build_from, build_tiny
 from forge_exp.models.checkpoint import OPTIMIZER, load_hf_checkpoint, save_hf_checkpoint
 
 
 def small():
-    return build_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
-                                   intermediate_size=64, seed=3))
+    return build_tiny(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
+                      intermediate_size=64, seed=3)
 
 
 def test_reload_with_plain_transformers_gives_identical_logits(tmp_path):
@@ -27,7 +27,7 @@ def test_reload_with_plain_transformers_gives_identical_logits(tmp_path):
     loaded, _ = load_hf_checkpoint(path)
     with torch.no_grad():
         assert torch.equal(model(ids).logits, loaded(ids).logits)
-    from_config, _ = build_model(ModelConfig(path=str(path)))  # model.path=<dir> takes the same route
+    from_config, _ = build_from(path)  # model.path=<dir> takes the same route
     with torch.no_grad():
         assert torch.equal(model(ids).logits, from_config(ids).logits)
 

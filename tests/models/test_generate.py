@@ -116,12 +116,12 @@ def test_argument_errors():
 
 
 def test_throughput_on_the_default_tiny_model(capsys):
-    from forge_exp.config.model import ModelConfig, build_model
+    from tests.models.helpers import build_tiny
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model, tok = build_model(ModelConfig())
+        model, tok = build_tiny()
         prompts = encode(["37+48=", "5+91=", "60+6=", "99+99="] * 64)  # 256 rows: one GRPO step's worth
         generate(model, prompts[:8], max_new_tokens=2, eos_id=-1, pad_id=0)  # warm-up
         t0 = time.perf_counter()

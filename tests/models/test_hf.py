@@ -7,14 +7,15 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from forge_exp.config.model import ModelConfig, build_model
 from forge_exp.models.checkpoint import save_hf_checkpoint
-from forge_exp.models.hf import check_model_available, load_causal_lm, load_tokenizer
+from forge_exp.models.hf import ModelSpec, Pretrained, load_causal_lm, load_tokenizer
+from forge_exp.models.tiny import TinyQwen3
+from tests.models.helpers import build_tiny
 
 
 def saved_tiny(directory):
-    model, tok = build_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
-                                         intermediate_size=64))
+    model, tok = build_tiny(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
+                            intermediate_size=64)
     return save_hf_checkpoint(model, tok, directory)
 
 
@@ -30,7 +31,7 @@ def fake_hub_cache(root, repo_id, files):
 def test_not_in_cache_is_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(ValueError) as err:
-        check_model_available(ModelConfig(name="qwen3_1_7b", source="hf", hf_id="Qwen/Qwen3-1.7B"))
+        Pretrained(hf_id="Qwen/Qwen3-1.7B").check_available()
     assert str(err.value) == (
         "model.path is not set and Qwen/Qwen3-1.7B is not in the local Hugging Face cache (this machine cannot "
         "reach the Hub): download it elsewhere and pass model.path=<local dir>"
@@ -42,22 +43,22 @@ def test_cached_hub_model_passes_and_config_only_does_not(tmp_path, monkeypatch)
     fake_hub_cache(tmp_path, "Qwen/Qwen3-0.6B", ["config.json", "model.safetensors"])
     fake_hub_cache(tmp_path, "Qwen/Qwen3-8B", ["config.json"])  # an interrupted download
     t0 = time.perf_counter()
-    check_model_available(ModelConfig(source="hf", hf_id="Qwen/Qwen3-0.6B"))
+    Pretrained(hf_id="Qwen/Qwen3-0.6B").check_available()
     assert time.perf_counter() - t0 < 1.0  # file lookups only
     with pytest.raises(ValueError, match="Qwen/Qwen3-8B is not in the local Hugging Face cache"):
-        check_model_available(ModelConfig(source="hf", hf_id="Qwen/Qwen3-8B"))
+        Pretrained(hf_id="Qwen/Qwen3-8B").check_available()
 
 
 def test_local_path_checks(tmp_path):
-    check_model_available(ModelConfig())  # a tiny model is built, nothing to find
+    TinyQwen3().check_available()  # a tiny model is built, nothing to find
     with pytest.raises(ValueError, match=r"model.path=.*missing is not a directory"):
-        check_model_available(ModelConfig(path=str(tmp_path / "missing")))
+        TinyQwen3(path=str(tmp_path / "missing")).check_available()
     with pytest.raises(ValueError, match="has no config.json"):
-        check_model_available(ModelConfig(source="hf", path=str(tmp_path)))
+        Pretrained(path=str(tmp_path)).check_available()
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="has no model.safetensors"):
-        check_model_available(ModelConfig(source="hf", path=str(tmp_path)))
-    check_model_available(ModelConfig(source="hf", path=str(saved_tiny(tmp_path / "ok"))))
+        ModelSpec(path=str(tmp_path)).check_available()
+    Pretrained(path=str(saved_tiny(tmp_path / "ok"))).check_available()
 
 
 def test_load_causal_lm_options(tmp_path):

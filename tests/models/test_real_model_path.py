@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForCausalLM,
@@ -31,6 +30,7 @@ from transformers import (
 
 from forge_exp.config.store import register
 from forge_exp.config.validate import validate
+from tests.config.helpers import compose_cfg
 from tests.conftest import CONF, ROOT
 
 register()
@@ -115,36 +115,34 @@ def save_tiny_family(family: str, directory: Path, dtype: torch.dtype = torch.bf
     return directory
 
 
-def write_gsm8k_jsonl(directory: Path, train: int = 24, test: int = 8) -> str:
-    """GSM8K-format rows (question, answer ending in "#### <n>") as {split}.jsonl; returns the dataset.path."""
+def write_gsm8k_jsonl(directory: Path, train: int = 24, test: int = 8, digits: bool = False) -> list[str]:
+    """GSM8K-format rows (question, answer ending in "#### <n>") as train.jsonl and test.jsonl; returns the
+    overrides that point dataset=jsonl at them. digits=True writes questions the tiny model's character tokenizer
+    can read ("3+4=")."""
     def row(a: int, b: int) -> dict:
-        return {"question": f"what is {a} plus {b}?", "answer": f"{a} plus {b} is {a + b}\n#### {a + b}"}
+        question = f"{a}+{b}=" if digits else f"what is {a} plus {b}?"
+        return {"question": question, "answer": f"{a} plus {b} is {a + b}\n#### {a + b}"}
 
     directory.mkdir(parents=True, exist_ok=True)
     for split, pairs in (("train", [(i, i + 3) for i in range(train)]), ("test", [(i, 2 * i) for i in range(test)])):
         (directory / f"{split}.jsonl").write_text("".join(json.dumps(row(a, b)) + "\n" for a, b in pairs))
-    return str(directory / "{split}.jsonl")
+    return ["dataset=jsonl", f"dataset.train_path={directory / 'train.jsonl'}",
+            f"dataset.eval_path={directory / 'test.jsonl'}"]
 
 
-def compose_cfg(*overrides: str):
-    with initialize_config_module(config_module="forge_exp.conf", version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
-
-
-def real_overrides(family: str, path: Path, data: str) -> list[str]:
-    return [f"model={FAMILIES[family][0]}", f"model.path={path}", "dataset=jsonl", f"dataset.path='{data}'",
+def real_overrides(family: str, path: Path, data: list[str]) -> list[str]:
+    return [f"model={FAMILIES[family][0]}", f"model.path={path}", *data,
             "dataset.target_format=gsm8k", "dataset.max_new_tokens=12", "reward=math", "services=cpu",
-            "warmstart.steps=0", "algorithm.beta=0.04", "algorithm.group_size=4", "algorithm.prompts_per_step=2",
-            "algorithm.lr=1e-3"]
+            "algorithm.beta=0.04", "algorithm.group_size=4", "algorithm.prompts_per_step=2", "algorithm.lr=1e-3"]
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
 @pytest.mark.parametrize("family", ["tiny", "qwen3", "llama"])
 def test_hf_checkpoint_reloads_with_plain_transformers_and_identical_logits(family, tmp_path):
-    from forge_exp.config.model import ModelConfig, build_model
     from forge_exp.models.checkpoint import save_hf_checkpoint
+    from tests.models.helpers import build_from, build_tiny
 
-    model, tokenizer = build_model(ModelConfig()) if family == "tiny" else tiny_family(family)
+    model, tokenizer = build_tiny() if family == "tiny" else tiny_family(family)
     path = save_hf_checkpoint(model, tokenizer, tmp_path / "ckpt")
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {
         p.name for p in path.iterdir()
@@ -158,7 +156,7 @@ def test_hf_checkpoint_reloads_with_plain_transformers_and_identical_logits(fami
     assert tok("what is 6 plus 7?")["input_ids"] == tokenizer("what is 6 plus 7?")["input_ids"]
     assert tok.eos_token_id == tokenizer.eos_token_id and tok.chat_template == tokenizer.chat_template
     # and as `model.path=<dir>`, the way every service loads it
-    again, _ = build_model(ModelConfig(path=str(path)))
+    again, _ = build_from(path)
     with torch.no_grad():
         assert torch.equal(again(ids).logits, reloaded(ids).logits)
 
@@ -166,24 +164,23 @@ def test_hf_checkpoint_reloads_with_plain_transformers_and_identical_logits(fami
 # ---------------------------------------------------------------------------------------------- the code path
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 def test_real_family_through_its_model_config_generates_and_takes_a_grpo_step(family, tmp_path):
-    from forge_exp.config.algorithm import build_loss
-    from forge_exp.config.dataset import build_dataset
-    from forge_exp.config.model import build_model
     from forge_exp.data.collate import collate_episodes
     from forge_exp.models.generate import generate
-    from forge_exp.rewards.combine import build_reward, score_group
+    from forge_exp.rewards.combine import score_group
     from forge_exp.rl.episodes import to_episodes
     from forge_exp.rl.types import Completion, Group
-    from forge_exp.rl.update import Policy, policy_update
+    from forge_exp.trainers.update import Policy, policy_update
+    from forge_exp.runtime.build import build, build_reward
 
     yaml_name, cls = FAMILIES[family][:2]
     path = save_tiny_family(family, tmp_path / "model")
     config = validate(compose_cfg(*real_overrides(family, path, write_gsm8k_jsonl(tmp_path / "data"))))
-    assert config.model.name == yaml_name and config.model.source == "hf" and config.model.dtype == "bfloat16"
+    spec = build(config.model, "model")
+    assert config.model.name == yaml_name and spec.path == str(path) and spec.dtype == "bfloat16"
 
-    model, tokenizer = build_model(config.model)
+    model, tokenizer = spec.build(), spec.tokenizer()
     assert type(model) is cls and next(model.parameters()).dtype == torch.bfloat16
-    train, heldout = build_dataset(config.dataset, tokenizer)
+    train, heldout = build(config.dataset, "dataset").problems(tokenizer)
     problems = [next(iter(train())) for _ in range(config.algorithm.prompts_per_step)]
     user = [{"role": "user", "content": "q"}]
     generation_prompt = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)[
@@ -197,7 +194,7 @@ def test_real_family_through_its_model_config_generates_and_takes_a_grpo_step(fa
                     temperature=1.0, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
                     generator=torch.Generator().manual_seed(0))
     assert all(1 <= len(o.token_ids) <= 12 for o in outs)
-    reward = build_reward(config.reward.functions)
+    reward = build_reward(config.reward)
     groups = []
     for i, p in enumerate(problems):
         completions = [Completion(prompts[i], o.token_ids, o.logprobs, o.stop_reason, 0,
@@ -207,13 +204,13 @@ def test_real_family_through_its_model_config_generates_and_takes_a_grpo_step(fa
         group.rewards, group.components, _ = score_group(reward, p, [c.text for c in completions])
         group.rewards = [float(j % 2) for j in range(a.group_size)]  # a random model scores 0: force a signal
         groups.append(group)
-    episodes = to_episodes(groups, a.advantage, a.overlong_penalty, 12, a.overlong_buffer_len)
+    episodes = to_episodes(groups, a.advantage, a.advantage_eps, a.overlong_penalty, 12, a.overlong_buffer_len(12))
     for e in episodes:  # beta > 0: the reference is the model itself before the step
         e.ref_logprobs = list(e.completion.logprobs)
     master = model.float()  # the trainer's float32 master weights; the forward runs in bf16 under autocast
     before = [p.detach().clone() for p in master.parameters()]
     policy = Policy(torch.device("cpu"), master, tokenizer, torch.optim.AdamW(master.parameters(), lr=1e-6),
-                    build_loss(a.loss), compute_dtype=torch.bfloat16)
+                    build(a.loss, "algorithm.loss"), compute_dtype=torch.bfloat16)
     metrics = policy_update(policy, collate_episodes(episodes, tokenizer.pad_token_id),
                             grad_accum=a.grad_accum, max_grad_norm=a.max_grad_norm, temperature=a.temperature)
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values()), metrics
@@ -222,10 +219,12 @@ def test_real_family_through_its_model_config_generates_and_takes_a_grpo_step(fa
 
 
 def test_real_model_config_without_local_weights_is_one_clear_error(tmp_path):
+    from forge_exp.apps.preflight import check
+
     with pytest.raises(ValueError, match="model.path"):
-        validate(compose_cfg("model=qwen3_1_7b", "model.hf_id=nobody/not-cached-anywhere", "services=cpu"))
+        check(validate(compose_cfg("model=qwen3_1_7b", "model.hf_id=nobody/not-cached-anywhere", "services=cpu")))
     with pytest.raises(ValueError, match="has no config.json"):
-        validate(compose_cfg("model=qwen3_1_7b", f"model.path={tmp_path}", "services=cpu"))
+        check(validate(compose_cfg("model=qwen3_1_7b", f"model.path={tmp_path}", "services=cpu")))
 
 
 def test_forge_exp_cli_runs_grpo_on_a_real_family_checkpoint(tmp_path):

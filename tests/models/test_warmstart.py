@@ -5,14 +5,14 @@ import itertools
 import pytest
 import torch
 
-from forge_exp.config.model import ModelConfig, build_model
+from tests.models.helpers import build_tiny
 from forge_exp.models.warmstart import collate_sft, warmstart
 from forge_exp.rl.types import Problem
 
 
 def small(seed=0):
-    return build_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
-                                   intermediate_size=64, seed=seed))
+    return build_tiny(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
+                      intermediate_size=64, seed=seed)
 
 
 def test_loss_mask_covers_the_answer_and_eos_only():

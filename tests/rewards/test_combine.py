@@ -5,8 +5,17 @@ import textwrap
 
 import pytest
 
-from forge_exp.rewards import MathReward, ThinkingReward, WeightedReward, build_reward, score_group
+from forge_exp.config.reward import RewardConfig
+from forge_exp.rewards import MathReward, ThinkingReward, WeightedReward, score_group
 from forge_exp.rl.types import Problem
+from forge_exp.runtime.build import build_reward as build_from_config
+
+MATH = "forge_exp.rewards.math.MathReward"
+
+
+def build_reward(functions: dict, failure_value: float = 0.0) -> WeightedReward:
+    """What the reward worker does with `reward.functions`: the schema's structure checks, then every target built."""
+    return build_from_config(RewardConfig(name="test", functions=functions, failure_value=failure_value))
 
 RESPONSE = "<think>6 times 7</think><answer>42</answer>"
 
@@ -82,7 +91,7 @@ def user_package(tmp_path, monkeypatch):
 
 def test_build_reward_with_user_targets(user_package):
     reward = build_reward({
-        "correct": {"_target_": "math", "weight": 1.0, "fallback_last_number": False},
+        "correct": {"_target_": MATH, "weight": 1.0, "fallback_last_number": False},
         "length": {"_target_": f"{user_package}.LengthPenalty", "weight": 0.5, "max_len": 10},
         "contains": {"_target_": f"{user_package}.contains_target", "weight": 2.0, "bonus": 0.25},
     })
@@ -97,19 +106,34 @@ def test_build_reward_with_user_targets(user_package):
     ("functions", "message"),
     [
         ({"x": {"_target_": "no_such_pkg.Reward"}}, r"reward\.functions\.x\._target_: cannot import 'no_such_pkg"),
-        ({"x": {"_target_": "my_rewards.Missing"}}, r"reward\.functions\.x\._target_: cannot import .*no attribute"),
+        ({"x": {"_target_": "my_rewards.Missing"}}, r"reward\.functions\.x\._target_: cannot import 'my_rewards.Missing' .*importable from module 'my_rewards'"),
         ({"x": {"_target_": "my_rewards.not_a_reward"}}, r"reward\.functions\.x\._target_: .* not a reward"),
-        ({"x": {"weight": 1.0}}, r"reward\.functions\.x\._target_ is missing"),
+        ({"x": {"weight": 1.0}}, r"functions\.x\._target_ is missing"),
         ({"x": {"_target_": "my_rewards.LengthPenalty", "max_lne": 3}},
          r"reward\.functions\.x\.max_lne: .* \(did you mean 'max_len'\?\)"),
         ({"x": {"_target_": "my_rewards.LengthPenalty"}}, r"reward\.functions\.x: .* needs max_len"),
         ({"x": {"_target_": "my_rewards.LengthPenalty", "max_len": 0}}, r"reward\.functions\.x\.max_len must be >= 1"),
-        ({"x": {"_target_": "math", "weight": "heavy"}}, r"reward\.functions\.x\.weight must be a finite number"),
-        ({"x": {"_target_": "math", "weight": float("inf")}}, r"reward\.functions\.x\.weight"),
-        ({"a/b": {"_target_": "math"}}, r"name 'a/b'"),
-        ({}, r"reward\.functions is empty"),
+        ({"x": {"_target_": MATH, "weight": "heavy"}}, r"functions\.x\.weight must be a finite number"),
+        ({"x": {"_target_": MATH, "weight": float("inf")}}, r"functions\.x\.weight"),
+        ({"a/b": {"_target_": MATH}}, r"name 'a/b'"),
     ],
 )
 def test_build_reward_errors_name_the_key(user_package, functions, message):
     with pytest.raises(ValueError, match=message):
         build_reward(functions)
+
+
+def test_every_reward_yaml_builds_and_grades(tmp_path):
+    """Each conf/reward option, as composed, builds (every _target_ imported, every kwarg checked); the math-style
+    rewards all give full marks to a well-formed right answer."""
+    from omegaconf import OmegaConf
+
+    from tests.config.helpers import compose_cfg, options
+
+    for name in options("reward"):
+        cfg = OmegaConf.to_object(compose_cfg(f"reward={name}")).reward
+        reward = build_from_config(cfg)
+        if name != "arithmetic":
+            total, parts = reward("Q", "<think>6 times 7</think><answer>42</answer>", "42")
+            assert total == pytest.approx(sum(w for _, w in reward.functions.values())), name
+            assert set(parts) == {*reward.names, *(f"failed/{n}" for n in reward.names)}

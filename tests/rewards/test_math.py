@@ -121,7 +121,8 @@ def test_parse_number_and_canonical():
 
 @pytest.mark.parametrize("text", ["\\boxed{" * 3000, "<answer>" * 5000, "x" * 20000, "{" * 10000 + "1"])
 def test_adversarial_responses_score_in_linear_time(text):
-    """A policy can emit anything; a quadratic regex on 20k characters would stall the reward workers."""
+    """A policy can emit anything; a quadratic regex on 20k characters would stall the reward workers (minutes
+    here). The bound is far above linear time (~10 ms) so a busy machine does not fail it."""
     import time
 
     from forge_exp.rewards import FormatReward, ThinkingReward
@@ -129,4 +130,4 @@ def test_adversarial_responses_score_in_linear_time(text):
     start = time.perf_counter()
     for fn in (MathReward(), FormatReward(formats=["answer", "boxed"], strict=True), ThinkingReward()):
         assert fn("Q", text, "42") == 0.0
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 5.0

@@ -43,3 +43,18 @@ def test_k1_and_k3_are_unbiased_for_kl():
     assert float(kl_k1(lp, ref).mean()) == pytest.approx(true_kl, abs=5e-3)
     assert float(kl_k3(lp, ref).mean()) == pytest.approx(true_kl, abs=5e-3)
     assert float(kl_k3(lp, ref).var()) < float(kl_k1(lp, ref).var())  # the point of k3
+
+
+def test_every_configurable_choice_has_its_implementation():
+    """The names a config field may take (forge_exp/choices.py) are exactly the ones the pure layers dispatch on."""
+    from forge_exp import choices
+    from forge_exp.models.hf import DTYPES
+    from forge_exp.rl.advantages import ADVANTAGES
+    from forge_exp.rl.kl import KL_ESTIMATORS
+    from forge_exp.rl.losses.primitives import Aggregation
+
+    assert set(KL_ESTIMATORS) == set(choices.KL_ESTIMATORS)
+    assert set(ADVANTAGES) == set(choices.ADVANTAGES)
+    assert set(DTYPES) == set(choices.DTYPES)
+    for mode in choices.LOSS_AGGREGATIONS:
+        Aggregation(mode, horizon=4)

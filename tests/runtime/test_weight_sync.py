@@ -11,15 +11,14 @@ import os
 import pytest
 import torch
 
-from forge_exp.config.algorithm import AlgorithmConfig
-from forge_exp.config.model import ModelConfig
 from forge_exp.rl.types import Problem
 from forge_exp.runtime.layout import MeshPlan
 from forge_exp.runtime.weight_sync import WeightPublisher, WeightReceiver, layout_of, parameters, views
+from tests.config.helpers import typed
 from tests.conftest import ROOT
+from tests.models.helpers import build_tiny
 
-MODEL = ModelConfig(max_position_embeddings=64)
-GRPO = AlgorithmConfig(loss={"_target_": "forge_exp.rl.losses.GRPOLoss"})
+CFG = typed("algorithm.beta=0")
 PROBLEMS = [Problem(prompt="12+34=", target="46")]
 
 
@@ -39,8 +38,8 @@ async def sync_round_trip(meshes: dict[str, MeshPlan]) -> dict:
 
     out = {}
     async with Runtime(meshes) as runtime:
-        trainer = runtime.spawn("trainer", ProbeTrainer, MODEL, GRPO, None, 0).route()
-        generators = runtime.spawn("generator", ProbeGenerator, MODEL, None, 0)
+        trainer = runtime.spawn("trainer", ProbeTrainer, CFG.trainer, CFG.model, CFG.algorithm, None, 0).route()
+        generators = runtime.spawn("generator", ProbeGenerator, CFG.generator, CFG.model, None, 0)
         generator = generators.route()
 
         assert await trainer.perturb.call_one(0.05) == 1
@@ -92,8 +91,8 @@ def test_every_generator_replica_gets_the_version():
 
     async def run():
         async with Runtime(meshes) as runtime:
-            trainer = runtime.spawn("trainer", ProbeTrainer, MODEL, GRPO, None, 0).route()
-            generators = runtime.spawn("generator", ProbeGenerator, MODEL, None, 0)
+            trainer = runtime.spawn("trainer", ProbeTrainer, CFG.trainer, CFG.model, CFG.algorithm, None, 0).route()
+            generators = runtime.spawn("generator", ProbeGenerator, CFG.generator, CFG.model, None, 0)
             await trainer.perturb.call_one(0.05)
             await trainer.push_weights.call_one(generators.fanout())
             want = await trainer.digest.call_one()
@@ -122,9 +121,7 @@ def test_colocated_on_gpu_copies_device_to_device():
 
 # ------------------------------------------------------------------------------------ the pieces, in one process
 def tiny(seed: int) -> torch.nn.Module:
-    from forge_exp.config.model import build_model
-
-    return build_model(ModelConfig(max_position_embeddings=64, seed=seed))[0]
+    return build_tiny(seed=seed)[0]
 
 
 def test_layout_aligns_every_tensor_and_views_round_trip():
@@ -166,6 +163,4 @@ def test_a_different_model_is_one_clear_error():
 
 
 def build_other() -> torch.nn.Module:
-    from forge_exp.config.model import build_model
-
-    return build_model(ModelConfig(max_position_embeddings=64, num_layers=2))[0]
+    return build_tiny(num_layers=2)[0]

@@ -20,20 +20,20 @@ class ProbeTrainer(Trainer):
     async def perturb(self, scale: float) -> int:
         """Stands in for a training step: every weight moves, the version goes up by one."""
         with torch.no_grad():
-            for p in self.model.parameters():
+            for p in self.engine.model.parameters():
                 p.add_(torch.randn_like(p) * scale)
         self.version += 1
         return self.version
 
     @endpoint
     async def digest(self) -> list[float]:
-        return digest(self.model)
+        return digest(self.engine.model)
 
 
 class ProbeGenerator(Generator):
     @endpoint
     async def digest(self) -> list[float]:
-        return digest(self.model)
+        return digest(self.engine.model)
 
     @endpoint
     async def transport(self) -> str | None:

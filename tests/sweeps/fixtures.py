@@ -21,7 +21,7 @@ from tests.launchers.fixtures import running_mlflow_server
 REPO = Path(__file__).resolve().parents[2]
 FORGE_EXP = Path(sys.executable).parent / "forge-exp"  # the console script: jobs import forge_exp.cli by name
 TINY = [
-    "steps=3", "warmstart.steps=0", "dataset.eval_size=16", "algorithm.prompts_per_step=4",
+    "steps=3", "model.warmstart.steps=0", "dataset.eval_size=16", "algorithm.prompts_per_step=4",
     "algorithm.group_size=4", "progress=false",
 ]  # fmt: skip
 GRID = ["algorithm.beta=0,0.04", "algorithm.clip_high=0.2,0.28"]

@@ -27,7 +27,7 @@ def check_parent_and_children(sweep, n: int, launcher: str, sweeper: str) -> lis
 def test_basic_launcher_sweep(tmp_path):
     sweep = run_sweep("algorithm.beta=0", "algorithm.clip_high=0.2,0.28", root=tmp_path, env=dict(os.environ))
     runs = check_parent_and_children(sweep, 2, "BasicLauncher", "BasicSweeper")
-    assert sorted(r.data.params["algorithm.clip_high"] for r in runs) == ["0.2", "0.28"]
+    assert sorted(r.data.params["algorithm.loss.clip_high"] for r in runs) == ["0.2", "0.28"]
 
 
 def test_optuna_named_sweep_on_submitit_local(tmp_path):
@@ -35,7 +35,7 @@ def test_optuna_named_sweep_on_submitit_local(tmp_path):
                       "hydra.sweeper.n_jobs=2", root=tmp_path, env=dict(os.environ))
     runs = check_parent_and_children(sweep, 2, "LocalLauncher", "OptunaSweeper")
     for r in runs:  # TPE's samples from the named sweep's intervals
-        assert 0 <= float(r.data.params["algorithm.beta"]) <= 0.1
-        assert 0.2 <= float(r.data.params["algorithm.clip_high"]) <= 0.4
+        assert 0 <= float(r.data.params["algorithm.loss.beta"]) <= 0.1
+        assert 0.2 <= float(r.data.params["algorithm.loss.clip_high"]) <= 0.4
     best = yaml.safe_load((sweep.sweep_dir / "optimization_results.yaml").read_text())
     assert best["best_value"] == max(r.data.metrics["summary/eval/accuracy_end"] for r in runs)

@@ -52,14 +52,14 @@ def test_slurm_sweep_is_one_array_with_a_child_run_per_job(slurm_sweep):
     client = MlflowClient(slurm_sweep.uri)
     parent = client.get_run(slurm_sweep.parent_run_id)
     assert parent.info.status == "FINISHED"
-    assert parent.data.params["sweep.algorithm.beta"] == "0,0.04"
-    assert parent.data.params["sweep.algorithm.clip_high"] == "0.2,0.28"
+    assert parent.data.params["sweep.algorithm.loss.beta"] == "0,0.04"
+    assert parent.data.params["sweep.algorithm.loss.clip_high"] == "0.2,0.28"
     assert parent.data.tags["forge_exp.sweep.launcher"] == "SlurmLauncher"
     assert parent.data.metrics["sweep/jobs_finished"] == 4
 
     runs = children(client, slurm_sweep.state)
     assert len(runs) == 4
-    pairs = {(float(r.data.params["algorithm.beta"]), float(r.data.params["algorithm.clip_high"])) for r in runs}
+    pairs = {(float(r.data.params["algorithm.loss.beta"]), float(r.data.params["algorithm.loss.clip_high"])) for r in runs}
     assert pairs == set(itertools.product([0.0, 0.04], [0.2, 0.28]))
     head = git_head()
     for r in runs:
@@ -68,7 +68,7 @@ def test_slurm_sweep_is_one_array_with_a_child_run_per_job(slurm_sweep):
         assert tags["slurm.slurm_array_job_id"] == array_id
         assert tags["slurm.slurm_array_task_id"] == tags["forge_exp.sweep.job"]
         overrides = dict(o.split("=", 1) for o in tags["forge_exp.overrides"].split())
-        assert float(overrides["algorithm.beta"]) == float(r.data.params["algorithm.beta"])
+        assert float(overrides["algorithm.loss.beta"]) == float(r.data.params["algorithm.loss.beta"])
         assert tags.get("mlflow.source.git.commit") == head
         assert "summary/eval/accuracy_end" in r.data.metrics and "reward/mean" in r.data.metrics
 
@@ -77,7 +77,7 @@ def test_slurm_sweep_is_one_array_with_a_child_run_per_job(slurm_sweep):
         assert r.info.run_id in out
     table = json.loads(Path(client.download_artifacts(parent.info.run_id, "sweep/summary.json")).read_text())
     assert sorted(table["data"], key=str) and len(table["data"]) == 4
-    assert {"algorithm.beta", "algorithm.clip_high", "accuracy_end", "reward", "kl", "wall_s"} <= set(table["columns"])
+    assert {"algorithm.loss.beta", "algorithm.loss.clip_high", "accuracy_end", "reward", "kl", "wall_s"} <= set(table["columns"])
 
 
 def test_cancelled_job_ends_the_sweep_with_a_clear_error(slurm_env, tmp_path):
@@ -102,7 +102,7 @@ def test_cancelled_job_ends_the_sweep_with_a_clear_error(slurm_env, tmp_path):
             proc.communicate()
     assert proc.returncode != 0
     error = next((ln for ln in err.splitlines() if "SweepJobError" in ln), err[-3000:])
-    assert f"sweep job #1 (SLURM job {slurm_job}: algorithm.beta=0 algorithm.clip_high=0.28 " in error, error
+    assert f"sweep job #1 (SLURM job {slurm_job}: algorithm.loss.beta=0 algorithm.loss.clip_high=0.28 " in error, error
     assert "ended CANCELLED without a result" in error, error
     assert "1 of 2 jobs failed" in out, out[-2000:]
     parent = client.get_run(state["parent_run_id"])

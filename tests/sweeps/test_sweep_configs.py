@@ -12,26 +12,28 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from omegaconf import OmegaConf, read_write
 
-from forge_exp.config.store import register
+from forge_exp.cli import _register_launchers
 from forge_exp.config.validate import validate
-from forge_exp.tracking import sweep
+from forge_exp.launch import resources, sweep
+from tests.config.helpers import compose_cfg as compose_job
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps" / "sweep"
 # conf/hydra/launcher/*.yaml extend the plugin's schema of the same name on purpose (cli.py silences this too)
 pytestmark = pytest.mark.filterwarnings("ignore:.*validated against ConfigStore schema with the same name")
-register()  # the config schemas
-sweep.register()  # the launcher configs' resolvers and launcher plugins (as cli.py does)
+_register_launchers()  # the launcher plugins (as cli.py does; importing forge_exp.cli registered the schemas)
 
 
 @pytest.fixture(autouse=True)
 def _no_user_cluster_file(tmp_path, monkeypatch):  # a developer's ~/.config/forge-exp/cluster.yaml stays out
     (tmp_path / "empty.yaml").write_text("")
-    monkeypatch.setenv(sweep.CLUSTER_ENV, str(tmp_path / "empty.yaml"))
+    monkeypatch.setenv(resources.CLUSTER_ENV, str(tmp_path / "empty.yaml"))
 
 
 def compose_cfg(*overrides: str, hydra: bool = False):
+    if not hydra:
+        return compose_job(*overrides)
     with initialize_config_module(config_module="forge_exp.conf", version_base=None):
-        return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
 
 
 def grid_points(params: dict) -> list[list[str]]:
@@ -55,7 +57,7 @@ def optuna_corners(params: dict) -> list[list[str]]:
 def test_every_named_sweep_composes_and_its_space_is_valid(name):
     cfg = compose_cfg(f"+sweep={name}", hydra=True)
     params = OmegaConf.to_container(cfg.hydra.sweeper.params)
-    assert {"algorithm.beta", "algorithm.clip_low", "algorithm.clip_high"} <= set(params), params
+    assert {"algorithm.loss.beta", "algorithm.loss.clip_low", "algorithm.loss.clip_high"} <= set(params), params
     optuna = "optuna" in cfg.hydra.sweeper._target_
     points = optuna_corners(params) if optuna else grid_points(params)
     if optuna:
@@ -82,7 +84,7 @@ def test_cluster_file_sets_partition_account_qos_and_limits(tmp_path, monkeypatc
         "partition: gpu\naccount: rl-team\nqos: high\nconstraint: h100\ntimeout_min: 600\nmem_gb_per_gpu: 64\n"
         "additional_parameters: {mail-type: END}\n"
     )
-    monkeypatch.setenv(sweep.CLUSTER_ENV, str(tmp_path / "cluster.yaml"))
+    monkeypatch.setenv(resources.CLUSTER_ENV, str(tmp_path / "cluster.yaml"))
     cfg = compose_cfg("hydra/launcher=submitit_slurm", "services=single_gpu", "hydra.launcher.qos=low", hydra=True)
     launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     assert {k: launcher[k] for k in ("partition", "account", "qos", "constraint", "timeout_min", "mem_gb")} == {
@@ -111,6 +113,20 @@ def test_sweep_space_reads_the_command_line_and_named_sweeps():
     with read_write(cfg):  # as Hydra records them for `-m algorithm.group_size=4,8 steps=3`
         cfg.hydra.overrides.task = ["algorithm.group_size=4,8", "steps=3", "+sweep=grpo_beta_clip"]
     swept, fixed = sweep.sweep_space(cfg)
-    assert swept == {"algorithm.group_size": "4,8", "algorithm.beta": "0,0.04", "algorithm.clip_low": "0.1,0.2",
-                     "algorithm.clip_high": "0.2,0.28"}
+    assert swept == {"algorithm.group_size": "4,8", "algorithm.loss.beta": "0,0.04",
+                     "algorithm.loss.clip_low": "0.1,0.2", "algorithm.loss.clip_high": "0.2,0.28"}
     assert fixed == {"steps": "3", "sweep": "grpo_beta_clip"}
+
+
+def test_a_sweep_job_is_named_by_its_swept_values():
+    swept = ["algorithm.loss.beta", "algorithm.loss.clip_high", "algorithm"]
+    name = sweep.run_name(["algorithm.loss.beta=0.04", "steps=3", "algorithm.loss.clip_high=0.28", "algorithm=dapo"],
+                          swept)
+    assert name == "beta=0.04,clip_high=0.28,algorithm=dapo"
+    assert sweep.run_name(["steps=3"], swept) is None
+    assert sweep.run_name(["a.x=1", "b.x=2"], ["a.x", "b.x"]) == "a.x=1,b.x=2"  # the same leaf twice: full keys
+
+
+def test_the_compare_url_lists_the_children():
+    url = sweep.compare_url({"uri": "http://mlflow:5000", "experiment_id": "3"}, ["r1", "r2"])
+    assert url == "http://mlflow:5000/#/compare-runs?runs=%5B%22r1%22%2C%22r2%22%5D&experiments=%5B%223%22%5D"

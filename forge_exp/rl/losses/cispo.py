@@ -23,7 +23,6 @@ from torch import nn
 
 from forge_exp.rl.losses.primitives import (
     Clipped,
-    check_clip_bounds,
     clip_ratio,
     finish,
     log_ratio,
@@ -46,7 +45,6 @@ class CISPOLoss(nn.Module):
         horizon: int | None = None,
     ) -> None:
         super().__init__()
-        check_clip_bounds(clip_low, clip_high)
         self.clip_low, self.clip_high = clip_low, clip_high
         self.regularizers, self.agg, self.required_inputs = policy_terms(
             beta, kl_estimator, entropy_coef, loss_agg, horizon

@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from forge_exp.rl.losses.primitives import (
-    check_clip_bounds,
     clipped_surrogate,
     finish,
     log_ratio,
@@ -50,7 +49,6 @@ class GRPOLoss(nn.Module):
         horizon: int | None = None,
     ) -> None:
         super().__init__()
-        check_clip_bounds(clip_low, clip_high, dual_clip)
         self.clip_low, self.clip_high, self.dual_clip = clip_low, clip_high, dual_clip
         # the trainer reads this (rl.losses.loss_inputs) to know what to compute
         self.regularizers, self.agg, self.required_inputs = policy_terms(

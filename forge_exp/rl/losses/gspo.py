@@ -27,7 +27,6 @@ from torch import nn
 
 from forge_exp.rl.losses.primitives import (
     Clipped,
-    check_clip_bounds,
     clipped_surrogate,
     finish,
     log_ratio,
@@ -59,7 +58,6 @@ class GSPOLoss(nn.Module):
         horizon: int | None = None,
     ) -> None:
         super().__init__()
-        check_clip_bounds(clip_low, clip_high)
         self.clip_low, self.clip_high, self.token_level = clip_low, clip_high, token_level
         self.regularizers, self.agg, self.required_inputs = policy_terms(
             beta, kl_estimator, entropy_coef, loss_agg, horizon

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from forge_exp.rl.kl import KL_ESTIMATORS, LOG_RATIO_LIMIT, kl_estimate
-
-AGGREGATIONS = ("token_mean", "seq_mean", "fixed_horizon")
+from forge_exp.choices import LOSS_AGGREGATIONS
+from forge_exp.rl.kl import LOG_RATIO_LIMIT, kl_estimate
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -103,15 +102,6 @@ def log_ratio(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor) -> torch.
     return (logprobs - behavior_logprobs).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)  # [B, T]
 
 
-def check_clip_bounds(clip_low: float | None, clip_high: float | None, dual_clip: float | None = None) -> None:
-    if clip_low is not None and not 0.0 <= clip_low < 1.0:
-        raise ValueError(f"clip_low must be in [0, 1) or None, got {clip_low}")
-    if clip_high is not None and not clip_high >= 0.0:
-        raise ValueError(f"clip_high must be >= 0 or None, got {clip_high}")
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
-
-
 def clip_ratio(ratio: torch.Tensor, clip_low: float | None, clip_high: float | None) -> torch.Tensor:
     """clip(r, 1 − ε_low, 1 + ε_high); a None bound is no bound."""
     lo = None if clip_low is None else 1.0 - clip_low
@@ -174,7 +164,7 @@ def fixed_horizon_mean(x: torch.Tensor, mask: torch.Tensor, horizon: int) -> tor
     if x.shape[-1] > horizon:
         raise ValueError(
             f"fixed_horizon aggregation: responses are {x.shape[-1]} tokens wide but the horizon is {horizon}; "
-            "set algorithm.max_response_len to the generator's max new tokens"
+            "algorithm.loss.horizon must be at least dataset.max_new_tokens"
         )
     m = mask.to(x.dtype)
     return (x * m).sum() / (x.shape[0] * horizon)
@@ -187,11 +177,11 @@ class Aggregation:
     mode: str = "token_mean"
     horizon: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.mode not in AGGREGATIONS:
-            raise ValueError(f"loss_agg must be one of {list(AGGREGATIONS)}, got {self.mode!r}")
-        if self.mode == "fixed_horizon" and (self.horizon is None or self.horizon < 1):
-            raise ValueError(f"loss_agg=fixed_horizon needs horizon >= 1 (the max response length), got {self.horizon}")
+    def __post_init__(self) -> None:  # (ranges are the schema's: config/algorithm.py; this is the dispatch)
+        if self.mode not in LOSS_AGGREGATIONS:
+            raise ValueError(f"loss_agg must be one of {list(LOSS_AGGREGATIONS)}, got {self.mode!r}")
+        if self.mode == "fixed_horizon" and self.horizon is None:
+            raise ValueError("loss_agg=fixed_horizon needs a horizon (the max response length)")
 
     def __call__(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # x: [B, T], mask: [B, T] bool
@@ -211,12 +201,6 @@ class Regularizers:
     beta: float = 0.0
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.beta >= 0.0:
-            raise ValueError(f"beta must be >= 0, got {self.beta}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {sorted(KL_ESTIMATORS)}, got {self.kl_estimator!r}")
 
     @property
     def inputs(self) -> frozenset[str]:

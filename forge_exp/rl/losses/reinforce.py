@@ -34,8 +34,6 @@ class ReinforceLoss(nn.Module):
         horizon: int | None = None,
     ) -> None:
         super().__init__()
-        if ratio_cap is not None and not ratio_cap > 0:
-            raise ValueError(f"ratio_cap must be > 0 or None, got {ratio_cap}")
         self.ratio_cap = ratio_cap
         self.regularizers, self.agg, self.required_inputs = policy_terms(
             beta, kl_estimator, entropy_coef, loss_agg, horizon

@@ -53,9 +53,6 @@ class SAPOLoss(nn.Module):
         horizon: int | None = None,
     ) -> None:
         super().__init__()
-        for name, tau in (("tau_pos", tau_pos), ("tau_neg", tau_neg)):
-            if not tau > 0:
-                raise ValueError(f"{name} must be > 0, got {tau}")
         self.tau_pos, self.tau_neg = float(tau_pos), float(tau_neg)
         self.regularizers, self.agg, self.required_inputs = policy_terms(
             beta, kl_estimator, entropy_coef, loss_agg, horizon

@@ -7,10 +7,8 @@
     on_multirun_end    (launching process)  collect the children, print the table, log it to the parent
     (at exit, if the sweep stopped early: the same, and the parent is marked FAILED)
 
-Also here: the OmegaConf resolvers the submitit launcher configs (conf/hydra/launcher/) use to size a job from the
-`services` layout and to read the user's cluster settings, registered with our launchers by register(), which
-cli.py calls at import. The callback is configured in conf/config.yaml (hydra.callbacks); mlflow is only imported
-when a sweep starts. docs/sweeps.md is the user's guide.
+The callback is configured in conf/config.yaml (hydra.callbacks); mlflow is only imported when a sweep starts.
+The resolvers that size a job for the launchers are in launch/resources.py. docs/sweeps.md is the user's guide.
 """
 
 from __future__ import annotations
@@ -18,12 +16,13 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-import yaml
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -31,89 +30,9 @@ from omegaconf import DictConfig, OmegaConf
 
 SWEEP_FILE = "forge_sweep.json"  # in the sweep dir: where the jobs find the store and the parent run
 PARENT_ENV = "FORGE_EXP_PARENT_RUN_ID"
-CLUSTER_ENV = "FORGE_EXP_CLUSTER_CONFIG"
-CLUSTER_FILE = "~/.config/forge-exp/cluster.yaml"
-CLUSTER_KEYS = {  # what a cluster user may set once; anything else in the file is an error
-    "partition", "account", "qos", "constraint", "exclude", "timeout_min", "mem_gb_per_proc", "mem_gb_per_gpu",
-    "array_parallelism", "max_num_timeout", "setup", "additional_parameters",
-}
+SWEPT_ENV = "FORGE_EXP_SWEPT"  # the swept keys, comma-separated: a child run is named by their values
 # the columns of the summary table, after the swept keys: (header, metric key in the child run)
 METRICS = (("accuracy_end", "summary/eval/accuracy_end"), ("reward", "reward/mean"), ("kl", "loss/kl"))
-
-
-# --- resolvers for conf/hydra/launcher/*.yaml ----------------------------------------------------------------
-def _meshes(services: Any):
-    from forge_exp.config.services import ServicesConfig
-    from forge_exp.runtime.layout import plan_meshes
-
-    spec = services if isinstance(services, ServicesConfig) else OmegaConf.to_object(
-        OmegaConf.merge(OmegaConf.structured(ServicesConfig), services)
-    )
-    # every service, the reference model included: one array job serves all the sweep's jobs, and some may
-    # have beta > 0 even when the base config does not
-    return plan_meshes(spec).values()
-
-
-def job_gpus(services: Any) -> int | None:
-    """GPUs one job needs on its node: the sum over the layout's proc meshes (None when it needs none)."""
-    return sum(m.num_gpus for m in _meshes(services)) or None
-
-
-def job_cpus(services: Any) -> int:
-    """CPUs one job needs: the torch threads of every process of the layout, plus one for the controller."""
-    return 1 + sum(m.replicas * m.procs * m.threads for m in _meshes(services))
-
-
-def job_mem_gb(services: Any, per_proc: float, per_gpu: float) -> int:
-    """Host memory for one job: per_proc for every process (the controller included), per_gpu for every GPU."""
-    meshes = list(_meshes(services))
-    procs = 1 + sum(m.replicas * m.procs for m in meshes)
-    return int(round(procs * per_proc + sum(m.num_gpus for m in meshes) * per_gpu))
-
-
-def cluster_setting(key: str, default: Any = None) -> Any:
-    """A value from the user's cluster file ($FORGE_EXP_CLUSTER_CONFIG, else ~/.config/forge-exp/cluster.yaml)."""
-    return load_cluster_settings().get(key, default)
-
-
-def load_cluster_settings() -> dict[str, Any]:
-    path = Path(os.environ.get(CLUSTER_ENV) or CLUSTER_FILE).expanduser()
-    if not path.is_file():
-        if os.environ.get(CLUSTER_ENV):
-            raise ValueError(f"{CLUSTER_ENV}={path}: no such file")
-        return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict) or set(data) - CLUSTER_KEYS:
-        bad = sorted(set(data) - CLUSTER_KEYS) if isinstance(data, dict) else data
-        raise ValueError(f"{path}: unknown cluster settings {bad}; allowed: {', '.join(sorted(CLUSTER_KEYS))}")
-    return data
-
-
-def _register_resolvers() -> None:
-    for name, fn in {
-        "forge_exp.gpus": job_gpus, "forge_exp.cpus": job_cpus, "forge_exp.mem_gb": job_mem_gb,
-        "forge_exp.cluster": cluster_setting,
-    }.items():
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
-
-
-_register_resolvers()  # Hydra needs them before it composes conf/hydra/launcher/*.yaml (in every job too)
-
-
-def register() -> None:
-    """The resolvers, and our submitit launchers (hydra_plugins/forge_exp_launcher): Hydra's plugin scan finds
-    those in a regular install but not through an editable install's import hook. Called by cli.py at import."""
-    _register_resolvers()
-    try:
-        from hydra.core.plugins import Plugins
-        from hydra_plugins.forge_exp_launcher.launcher import LocalLauncher, SlurmLauncher
-    except ImportError:  # the `sweep` extra (hydra-submitit-launcher) is not installed
-        return
-    plugins = Plugins.instance()
-    for cls in (SlurmLauncher, LocalLauncher):
-        if f"{cls.__module__}.{cls.__name__}" not in plugins.class_name_to_class:
-            plugins.register(cls)
 
 
 # --- the callback ----------------------------------------------------------------------------------------------
@@ -128,6 +47,8 @@ class SweepTracker(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from forge_exp.tracking.mlflow import Tracker, default_tracking_uri, ensure_store
 
+        if launcher_problem(config):  # the launcher raises it, one line; no store or parent run for a sweep that
+            return                    # cannot start (Hydra only warns about a callback's exception)
         uri = config.tracking.uri or default_tracking_uri()
         ensure_store(uri)  # before any job opens it: concurrent creation corrupts a sqlite store
         sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
@@ -196,17 +117,73 @@ class SweepTracker(Callback):
             else:
                 os.environ[key] = value
         print(f"\nforge-exp sweep {status.lower()}: {len(finished)} of {len(rows)} jobs finished\n{table}\n"
-              f"  parent MLflow run {parent} in {self.state['uri']} (table: artifact sweep/summary.json)", flush=True)
+              f"  parent MLflow run {parent} in {self.state['uri']} (table: artifact sweep/summary.json)\n"
+              f"  compare the runs: {compare_url(self.state, [r['run_id'] for r in rows])}", flush=True)
         return rows
 
     def _export(self, state: dict[str, str], set_uri: bool) -> None:
-        wanted = {PARENT_ENV: state["parent_run_id"], **({"MLFLOW_TRACKING_URI": state["uri"]} if set_uri else {})}
+        wanted = {PARENT_ENV: state["parent_run_id"], SWEPT_ENV: ",".join(state.get("swept", [])),
+                  **({"MLFLOW_TRACKING_URI": state["uri"]} if set_uri else {})}
         for key, value in wanted.items():
             self._env_before.setdefault(key, os.environ.get(key))
             os.environ[key] = value
 
     def __getstate__(self) -> dict[str, Any]:  # pickled into submitit jobs: the job must not finish the sweep
         return {**self.__dict__, "_finished": True, "_env_before": {}}
+
+
+def launcher_problem(config: DictConfig) -> str | None:
+    """Why the sweep's launcher cannot submit, in one line, or None. The SLURM launcher needs sbatch on PATH and a
+    controller that answers (asked once per process: the callback and the launcher both ask)."""
+    target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
+    if not target.endswith("SlurmLauncher"):
+        return None
+    if "slurm" not in _PROBED:
+        _PROBED["slurm"] = _probe_slurm()
+    return _PROBED["slurm"]
+
+
+_PROBED: dict[str, str | None] = {}
+
+
+def _probe_slurm() -> str | None:
+    fix = ('on this machine start the development SLURM with eval "$(bash launchers/slurm/start.sh)", or use '
+           "hydra/launcher=submitit_local")
+    if shutil.which("sbatch") is None:
+        return f"hydra/launcher=submitit_slurm needs SLURM's sbatch on PATH and there is none here; {fix}"
+    try:
+        probe = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=15)
+        answered, why = probe.returncode == 0, (probe.stderr.strip().splitlines() or ["no output"])[-1]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        answered, why = False, str(e)
+    return None if answered else f"hydra/launcher=submitit_slurm: no SLURM controller answers ({why}); {fix}"
+
+
+def run_name(overrides: list[str], swept: list[str]) -> str | None:
+    """A sweep job's run name from the values of the swept keys it ran with: "beta=0.04,clip_high=0.28"."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    values = {}
+    for o in OverridesParser.create().parse_overrides(overrides):
+        if o.key_or_group in swept:
+            values[o.key_or_group] = o.input_line.split("=", 1)[1] if o.input_line else str(o.value())
+    leaves = [k.rsplit(".", 1)[-1] for k in values]
+    names = {k: (k.rsplit(".", 1)[-1] if leaves.count(k.rsplit(".", 1)[-1]) == 1 else k) for k in values}
+    return ",".join(f"{names[k]}={v}" for k, v in values.items()) or None
+
+
+def compare_url(state: dict[str, Any], run_ids: list[str]) -> str:
+    """The MLflow UI's compare view of the sweep's children (for a local store: once `mlflow ui` serves it)."""
+    uri = state["uri"]
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    runs = quote(json.dumps(run_ids, separators=(",", ":")))
+    experiments = quote(json.dumps([str(state["experiment_id"])]))
+    url = f"{base}/#/compare-runs?runs={runs}&experiments={experiments}"
+    if base == "http://127.0.0.1:5000":
+        from forge_exp.tracking.mlflow import ui_command
+
+        return f"{url}  (after: {ui_command(uri)})"
+    return url
 
 
 # --- the sweep's space and the summary table -------------------------------------------------------------

@@ -1,10 +1,5 @@
-"""SFT trainer service (`algorithm=sft`): owns the policy and its optimizer on the `trainer` mesh; one supervised
-step per batch of packed rows (data/sft.py), the loss on the eval rows, HF-format checkpoints.
-
-The trainer-mesh counterpart of actors/trainer.py. The step itself is plain torch — `token_logprobs`,
-`sft_update`, `sft_eval` and `lr_at` below take no process and are tested directly; the actor holds the state and
-calls them.
-"""
+"""The supervised step (`algorithm=sft`): next-token likelihood of the target tokens of packed rows (data/sft.py),
+and the loss on eval rows. Plain torch, tested without a process; trainers/hf.py runs it."""
 
 from __future__ import annotations
 
@@ -13,15 +8,10 @@ import time
 
 import torch
 import torch.nn.functional as F
-from monarch.actor import Actor, endpoint
 
-from forge_exp.actors.policy import load_policy
-from forge_exp.config.algorithm import AlgorithmConfig
-from forge_exp.config.model import ModelConfig
 from forge_exp.data.sft import SFTBatch
-from forge_exp.models.checkpoint import save_hf_checkpoint
 from forge_exp.rl.losses import call_loss
-from forge_exp.rl.update import clip_and_step
+from forge_exp.trainers.update import clip_and_step
 
 SFT_INPUTS = {"logprobs", "padding_mask"}  # what the SFT step can hand a loss (padding_mask: the target tokens)
 
@@ -46,14 +36,6 @@ def token_logprobs(model: torch.nn.Module, batch: SFTBatch) -> tuple[torch.Tenso
     return F.pad(lp, (1, 0)), F.pad(correct, (1, 0))
 
 
-def lr_at(step: int, lr: float, warmup_steps: int, total_steps: int) -> float:
-    """Linear warm-up over warmup_steps, then cosine decay to 10% of lr at total_steps (step counts from 0)."""
-    if step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
 def sft_update(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -62,15 +44,13 @@ def sft_update(
     *,
     grad_accum: int,
     max_grad_norm: float,
-    lr: float,
 ) -> dict[str, float]:
-    """One optimizer step on `batch`. Micro-batches are weighted by their share of the batch's target tokens, so
-    the step minimises the token mean over the whole batch whatever grad_accum is."""
+    """One optimizer step on `batch` at the optimizer's current lr. Micro-batches are weighted by their share of the
+    batch's target tokens, so the step minimises the token mean over the whole batch whatever grad_accum is."""
     t0 = time.perf_counter()
     device = next(model.parameters()).device
     model.train()
-    for group in optimizer.param_groups:
-        group["lr"] = lr
+    lr = optimizer.param_groups[0]["lr"]
     optimizer.zero_grad(set_to_none=True)
     total = max(batch.num_targets, 1)
     sums: dict[str, float] = {}
@@ -119,45 +99,3 @@ def sft_eval(model: torch.nn.Module, batches: list[SFTBatch]) -> dict[str, float
         "eval/token_accuracy": correct / max(count, 1),
         "eval/target_tokens": float(count),
     }
-
-
-class SFTTrainer(Actor):
-    def __init__(
-        self,
-        model: ModelConfig,
-        algorithm: AlgorithmConfig,
-        total_steps: int,
-        init_path: str | None,
-        seed: int,
-        resume_step: int = 0,
-        *,
-        devices,
-        threads,
-    ):
-        policy = load_policy(model, algorithm, init_path, seed, resume_step, SFT_INPUTS, devices, threads)
-        self.model, self.tokenizer, self.optimizer, self.loss = policy.model, policy.tokenizer, policy.optimizer, policy.loss
-        self.algorithm = algorithm
-        self.total_steps = total_steps
-        self.step = resume_step
-
-    @endpoint
-    async def train_step(self, batch: SFTBatch) -> dict[str, float]:
-        a = self.algorithm
-        lr = lr_at(self.step, a.lr, a.warmup_steps, self.total_steps)
-        metrics = sft_update(
-            self.model, self.optimizer, self.loss, batch,
-            grad_accum=a.grad_accum, max_grad_norm=a.max_grad_norm, lr=lr,
-        )
-        self.step += 1
-        return metrics
-
-    @endpoint
-    async def evaluate(self, batches: list[SFTBatch]) -> dict[str, float]:
-        return sft_eval(self.model, batches)
-
-    @endpoint
-    async def save(self, directory: str, metadata: dict | None = None, optimizer: bool = True) -> str:
-        """HF-format weights + tokenizer (+ optimizer state for resuming, and metadata files), written atomically."""
-        return str(save_hf_checkpoint(
-            self.model, self.tokenizer, directory, metadata, optimizer=self.optimizer if optimizer else None
-        ))

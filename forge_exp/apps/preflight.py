@@ -1,0 +1,104 @@
+"""What can be checked before any process starts, beyond the schemas: the components import and take their
+arguments, the weights are on this machine, the data opens and its first rows fit the field mapping and the
+tokenizer, the layout fits the GPUs. Each failure is a ValueError whose one line names the key, file or row."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+from forge_exp.config.algorithm import SFTAlgorithm
+from forge_exp.config.run import ForgeConfig
+from forge_exp.runtime.build import build, build_reward, locate
+
+PREVIEW_ROWS = 5  # rows of a local file read to check the field mapping and the prompt
+
+
+def check(config: ForgeConfig) -> None:
+    import torch
+
+    from forge_exp.rl.losses import check_loss_inputs
+    from forge_exp.trainers.update import available_inputs
+    from forge_exp.runtime.layout import check_gpus, needed_services, plan_meshes
+
+    loss = build(config.algorithm.loss, "algorithm.loss")
+    if isinstance(config.algorithm, SFTAlgorithm):
+        from forge_exp.trainers.hf import SFT_INPUTS
+
+        check_loss_inputs(loss, SFT_INPUTS, key="algorithm.loss (algorithm=sft)")
+    else:
+        check_loss_inputs(loss, available_inputs(config.algorithm.beta))
+    if not config.reward.functions:
+        raise ValueError("reward.functions is empty: give at least one reward function")
+    build_reward(config.reward)
+    locate(config.trainer._target_, "trainer")
+    locate(config.generator._target_, "generator")
+    model = build(config.model, "model")
+    model.check_available()
+    check_dataset(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
+    meshes = plan_meshes(config.services, needed_services(config.algorithm.beta))
+    check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def check_dataset(config: ForgeConfig, model, sft: bool = False) -> None:
+    """The problem source builds; for local files, the first rows have the configured fields and their prompts
+    format with the model's tokenizer (chat template present if asked for, characters the tokenizer knows). SFT rows
+    may be conversations instead (data/sft.py)."""
+    from forge_exp.data.hf import FileProblems, check_row
+    from forge_exp.data.sft import MESSAGES_KEY, check_messages
+
+    source = build(config.dataset, "dataset")
+    if not isinstance(source, FileProblems):
+        return  # the synthetic task is always there; a Hub dataset is opened by the dataset service
+    tokenizer = model.tokenizer()
+    for split, key in (("train", "train_path"), ("eval", "eval_path")):
+        if split == "eval" and not source.has_eval():
+            continue
+        for row_number, row, where in _first_rows(source, split, key):
+            if sft and row.get(MESSAGES_KEY) is not None:
+                check_messages(row[MESSAGES_KEY], f"{where} row {row_number}")
+                continue
+            question, _ = check_row(row, where, row_number, source)
+            try:
+                prompt = source.format(question, tokenizer)
+            except ValueError as e:
+                raise ValueError(f"{where} row {row_number}: {e}") from None
+            unknown = getattr(tokenizer, "unk_token_id", None)
+            if unknown is not None and unknown in tokenizer(prompt)["input_ids"]:
+                raise ValueError(
+                    f"{where} row {row_number}: the prompt has characters the model's tokenizer does not know "
+                    f"({prompt[:60]!r}); for model=tiny write questions in digits and '+-*/= ', or set "
+                    f"dataset.system_prompt / dataset.template")
+
+
+def _first_rows(source, split: str, key: str):
+    """(row number, row, file) for the first PREVIEW_ROWS rows of the split's first file."""
+    import glob
+
+    where = source.location(split)
+    files = sorted(glob.glob(where))
+    if not files:
+        raise ValueError(f"dataset.{key}: {where} does not exist (cwd {Path.cwd()})")
+    builder = source.builder(split)
+    path = files[0]
+    if builder == "parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.ParquetFile(path).read_row_group(0).slice(0, PREVIEW_ROWS).to_pylist() if Path(path).stat().st_size else []
+    else:
+        rows = _json_rows(path)
+    if not rows:
+        raise ValueError(f"dataset.{key}: {path} has no rows")
+    return [(i, row, path) for i, row in enumerate(rows, start=1)]
+
+
+def _json_rows(path: str) -> list[dict]:
+    from forge_exp.data.hf import jsonl_rows
+
+    if path.endswith(".json"):
+        with open(path, encoding="utf-8") as f:
+            if f.read(1) == "[":  # a JSON array of rows
+                f.seek(0)
+                return json.load(f)[:PREVIEW_ROWS]
+    return [row for _, row in itertools.islice(jsonl_rows(path), PREVIEW_ROWS)]

@@ -1,0 +1,1 @@
+"""The Hydra and submitit glue: the sweep callback (sweep.py) and the launcher resources (resources.py)."""

@@ -1,0 +1,68 @@
+"""What is checked before any process starts, beyond the schema: the data files' first rows, the prompt against the
+model's tokenizer, the components' imports and arguments. Each is one line naming the file, row or key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from forge_exp.apps.preflight import check
+from forge_exp.config.validate import validate
+from tests.config.helpers import compose_cfg
+
+
+def files(tmp_path, rows, eval_rows=None) -> list[str]:
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (eval_rows or rows)))
+    return ["dataset=jsonl", f"dataset.train_path={tmp_path / 'train.jsonl'}",
+            f"dataset.eval_path={tmp_path / 'test.jsonl'}"]
+
+
+def preflight(*overrides: str) -> None:
+    check(validate(compose_cfg(*overrides)))
+
+
+def test_the_tiny_model_runs_your_own_digit_problems(tmp_path):
+    preflight(*files(tmp_path, [{"question": "37-12=", "answer": "25"}, {"question": "9-4=", "answer": "5"}]))
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([{"question": "37-12="}], r"train\.jsonl row 1: missing key 'answer' \(dataset\.answer_key\)"),
+        ([{"question": "1+1=", "answer": "2"}, {"question": None, "answer": "3"}],
+         r"train\.jsonl row 2: key 'question' is null \(dataset\.question_key\)"),
+        ([{"question": "what is six?", "answer": "6"}], r"train\.jsonl row 1: the prompt has characters the model's "
+                                                        r"tokenizer does not know"),
+    ],
+)
+def test_bad_rows_are_one_line_naming_file_and_row(tmp_path, rows, message):
+    with pytest.raises(ValueError, match=message):
+        preflight(*files(tmp_path, rows))
+
+
+def test_missing_file_empty_file_and_bad_json(tmp_path):
+    with pytest.raises(ValueError, match=r"^dataset\.train_path: .*nope\.jsonl does not exist"):
+        preflight("dataset=jsonl", f"dataset.train_path={tmp_path / 'nope.jsonl'}", "dataset.eval_path=null")
+    (tmp_path / "train.jsonl").write_text("")
+    with pytest.raises(ValueError, match=r"^dataset\.train_path: .*train\.jsonl has no rows"):
+        preflight("dataset=jsonl", f"dataset.train_path={tmp_path / 'train.jsonl'}", "dataset.eval_path=null")
+    (tmp_path / "train.jsonl").write_text('{"question": "1+1=", "answer": "2"}\n{"question": \n')
+    with pytest.raises(ValueError, match=r"train\.jsonl row 2: not valid JSON"):
+        preflight("dataset=jsonl", f"dataset.train_path={tmp_path / 'train.jsonl'}", "dataset.eval_path=null")
+
+
+def test_a_chat_template_asked_for_but_missing(tmp_path):
+    with pytest.raises(ValueError, match=r"row 1: dataset\.use_chat_template=true but the tokenizer .* has no chat "
+                                         r"template"):
+        preflight(*files(tmp_path, [{"question": "1+1=", "answer": "2"}]), "dataset.use_chat_template=true")
+
+
+def test_components_are_imported_and_their_arguments_checked():
+    with pytest.raises(ValueError, match=r"^algorithm\.loss\._target_: cannot import 'nope\.Loss'"):
+        preflight("algorithm.loss._target_=nope.Loss")
+    with pytest.raises(ValueError, match=r"^reward\.functions\.exact\.scale: .*ExactAnswerReward takes no argument"):
+        preflight("+reward.functions.exact.scale=2")
+    with pytest.raises(ValueError, match=r"^trainer\._target_: cannot import 'my\.Trainer'"):
+        preflight("trainer._target_=my.Trainer")

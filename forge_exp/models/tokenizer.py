@@ -22,6 +22,10 @@ SPECIAL_TOKENS = (PAD, EOS, BOS, UNK)  # ids 0..3, in this order
 # the untrained model spreads over useless outputs. A task with new characters appends them here (appending keeps
 # the ids of existing characters, so old checkpoints still decode).
 ALPHABET = "0123456789+-*/= "
+# The tool-using tiny model's extra characters (forge_exp/envs/formats.py, TinyToolFormat): `[expr]` is a calculator
+# call, `(result)` the tool's reply, `?` an error. Appended, so every ALPHABET id is unchanged; kept out of ALPHABET
+# itself so the default experiment's vocabulary (and so its model) stays as it is.
+TOOL_ALPHABET = ALPHABET + "[]()?"
 
 
 def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:

@@ -47,6 +47,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=16, help="problems per GRPO step")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--temperature", type=float, default=0.7, help="rollout sampling (the loss uses the same)")
     p.add_argument("--demos", type=int, default=256, help="distinct warm-start demonstrations")
     p.add_argument("--direct-fraction", type=float, default=0.5, help="demonstrations that answer without the tool")
     p.add_argument("--ws-steps", type=int, default=600)
@@ -102,7 +103,7 @@ async def main() -> None:
     loss = GRPOLoss(beta=0.0, loss_agg="token_mean")
     policy = Policy(torch.device("cpu"), model, tokenizer, torch.optim.AdamW(model.parameters(), lr=args.lr), loss)
     stream, gen = task.train_stream(args.seed + 100), local_generate(model, tokenizer, generator=rng)
-    sampling = Sampling(temperature=1.0, max_new_tokens=TURN_TOKENS)
+    sampling = Sampling(temperature=args.temperature, max_new_tokens=TURN_TOKENS)
     steps = []
     t_rl = time.perf_counter()
     for step in range(1, args.steps + 1):
@@ -124,7 +125,8 @@ async def main() -> None:
         train = {}
         if kept:
             batch = collate_episodes(to_episodes(kept, "group_norm", False, 0, 0), tokenizer.pad_token_id)
-            train = policy_update(policy, batch, grad_accum=1, max_grad_norm=1.0, temperature=1.0)
+            train = policy_update(policy, batch, grad_accum=1, max_grad_norm=1.0,
+                                  temperature=args.temperature)
         steps.append({"step": step, "seconds": time.perf_counter() - s0, "groups_kept": len(kept), **rollout,
                       **{k: v for k, v in train.items() if k.startswith(("loss/", "train/grad"))}})
         if step % args.eval_every == 0 or step == args.steps:

@@ -54,6 +54,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ws-target", type=float, default=0.3, help="stop the warm start at this training accuracy")
     p.add_argument("--eval-size", type=int, default=200)
     p.add_argument("--eval-every", type=int, default=20)
+    p.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/forge-exp/warmstart"))
     p.add_argument("--shuffle-rewards", action="store_true", help="control: permute rewards within each batch")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "tool_arithmetic_cpu.json"))
     return p.parse_args()
@@ -62,7 +63,7 @@ def parse_args() -> argparse.Namespace:
 def warm_started_model(args, tokenizer, fmt, task):
     key = json.dumps({k: getattr(args, k) for k in ("seed", "demos", "direct_fraction", "ws_steps", "ws_target")}
                      | {"alphabet": TOOL_ALPHABET, "v": 1}, sort_keys=True)
-    cache = Path(os.path.expanduser("~/.cache/forge-exp/warmstart")) / f"tool-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    cache = Path(args.cache_dir) / f"tool-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
     if (cache / "config.json").exists():
         return load_causal_lm(str(cache), "float32", "sdpa", False), {"warmstart/cached": 1.0}
     model = qwen3_tiny(vocab_size=len(tokenizer), pad_id=tokenizer.pad_token_id, bos_id=tokenizer.bos_token_id,
@@ -135,7 +136,7 @@ async def main() -> None:
                               "env/tool_call_rate": rollout["env/tool_call_rate"]}), flush=True)
     t_end = time.perf_counter()
     result = {
-        "command": "python benchmarks/tool_arithmetic.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
+        "command": "python benchmarks/tool_arithmetic.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "cache_dir")),
         "machine": f"{os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} threads",
         "warmstart": ws, "warmstart_seconds": t_ws, "rl_seconds": t_end - t_rl, "total_seconds": t_end - t0,
         "start": history[0], "end": history[-1], "evals": history, "steps": steps,

@@ -15,7 +15,8 @@ can merge or split tokens differently, and the ratio would compare different seq
     TemplateFormat    any HF tokenizer with a chat template (Qwen3, Llama 3.x): prompts rendered by the tokenizer's
                       own template with `tools=`; the environment's insertions are the template's rendering of the
                       new messages after a finished assistant turn (rendered after a placeholder conversation and
-                      cut at the assistant's end-of-turn marker, so the model's own text is never re-rendered).
+                      cut at that assistant turn's end-of-turn marker, so the model's own text is never
+                      re-rendered).
                       The tool-call parser is chosen by family: qwen3 (also Hermes-style templates), llama3.
 """
 
@@ -83,7 +84,11 @@ END_OF_TURN = {"qwen3": ("<|im_end|>",), "llama3": ("<|eot_id|>", "<|eom_id|>")}
 class TemplateFormat:
     """A real model's chat template. `family` picks the tool-call parser and the end-of-turn markers."""
 
-    _PLACEHOLDER = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    # A conversation whose assistant turn the insertion is cut after. Templates may render a turn differently once
+    # it is no longer the last one (Qwen3 adds an empty <think></think> only to the last assistant turn), so the cut
+    # is found in the rendering that includes the new messages, after the placeholder's own text.
+    _SENTINEL = "PLACEHOLDERASSISTANTTURN"
+    _PLACEHOLDER = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _SENTINEL}]
 
     def __init__(self, family: str) -> None:
         if family not in PARSERS:
@@ -109,22 +114,19 @@ class TemplateFormat:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def env_ids(self, tokenizer, messages):
-        before = self._render(tokenizer, self._PLACEHOLDER)
         after = self._render(tokenizer, self._PLACEHOLDER + list(messages), generation_prompt=True)
-        marker = self._end_marker(tokenizer, before)
-        cut = before.rindex(marker) + len(marker)
-        if after[:cut] != before[:cut]:
-            raise ValueError(
-                f"the {self.family} chat template renders earlier turns differently once more messages follow; "
-                "its insertions cannot be computed incrementally"
-            )
+        start = after.find(self._SENTINEL)
+        marker = self._end_marker(tokenizer, after[start:]) if start >= 0 else None
+        if marker is None:
+            raise ValueError(f"the {self.family} chat template does not render an assistant turn's content and end "
+                             "marker; its insertions cannot be computed")
+        cut = after.index(marker, start) + len(marker)
         return tokenizer(after[cut:], add_special_tokens=False)["input_ids"]
 
-    def _end_marker(self, tokenizer, rendered: str) -> str:
-        for marker in (*END_OF_TURN[self.family], tokenizer.eos_token):
-            if marker and marker in rendered:
-                return marker
-        raise ValueError(f"no end-of-turn marker of {self.family} ({END_OF_TURN[self.family]}) in its template")
+    def _end_marker(self, tokenizer, rendered: str) -> str | None:
+        """The end-of-turn marker that closes the first turn of `rendered`."""
+        found = [(rendered.find(m), m) for m in (*END_OF_TURN[self.family], tokenizer.eos_token) if m and m in rendered]
+        return min(found)[1] if found else None
 
     def parse(self, tokenizer, token_ids):
         stops = set(self.stop_ids(tokenizer))

@@ -1,5 +1,6 @@
-"""Test tokenizers with chat templates written for these tests (Qwen3-like and Llama 3-like layouts), built
-offline: a character-level vocabulary over printable ASCII plus each family's special tokens."""
+"""Test tokenizers with chat templates written for these tests (Qwen3-like and Llama 3-like layouts, with Qwen3's
+quirk: only the last assistant turn gets an empty <think></think> block), built offline: a character-level
+vocabulary over printable ASCII plus each family's special tokens."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ Call one as <tool_call>{"name": ..., "arguments": {...}}</tool_call>{% endif %}<
 {{ m.content }}
 </tool_response><|im_end|>
 {% elif m.role == 'assistant' %}<|im_start|>assistant
-{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}</tool_call>{% endfor %}<|im_end|>
+{% if loop.last %}<think>
+
+</think>
+
+{% endif %}{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}</tool_call>{% endfor %}<|im_end|>
 {% else %}<|im_start|>{{ m.role }}
 {{ m.content }}<|im_end|>
 {% endif %}

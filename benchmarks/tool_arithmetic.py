@@ -43,7 +43,7 @@ TURN_TOKENS = 20  # a 4-digit product has at most 8 digits; a call [dddd*dddd] i
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--steps", type=int, default=80)
     p.add_argument("--prompts", type=int, default=16, help="problems per GRPO step")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-4)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,12 +68,35 @@ async def _maybe_await(value):
 
 
 async def _call(fn, *args, timeout: float):
-    """Run an environment method (sync ones in a thread, so a slow one cannot stall the loop) under a timeout.
-    A sync call that hangs keeps its thread; the episode fails and the run moves on."""
+    """Run an environment method under a timeout; a sync one in a thread of its own, so a slow one cannot stall the
+    loop. Python cannot kill a thread: one that hangs is a daemon thread left behind (it cannot hold up the
+    process's exit, nor starve a shared pool), the episode fails and the run moves on."""
     if inspect.iscoroutinefunction(fn):
         return await asyncio.wait_for(fn(*args), timeout)
-    result = await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout)
+    result = await asyncio.wait_for(_in_thread(fn, *args), timeout)
     return await asyncio.wait_for(_maybe_await(result), timeout)
+
+
+def _in_thread(fn, *args) -> asyncio.Future:
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(value, error) -> None:
+        if not future.done():  # cancelled by the timeout: nobody waits any more
+            future.set_exception(error) if error is not None else future.set_result(value)
+
+    def target() -> None:
+        try:
+            value, error = fn(*args), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting episode
+            value, error = None, e
+        try:
+            loop.call_soon_threadsafe(settle, value, error)
+        except RuntimeError:  # the loop closed while this thread hung
+            pass
+
+    threading.Thread(target=target, name="forge-env-step", daemon=True).start()
+    return future
 
 
 async def run_episodes(

@@ -142,8 +142,19 @@ async def main() -> None:
         "start": history[0], "end": history[-1], "evals": history, "steps": steps,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    Path(args.out).write_text(_dump(result))
     print(json.dumps({k: result[k] for k in ("warmstart_seconds", "rl_seconds", "total_seconds", "start", "end")}))
+
+
+def _dump(result: dict) -> str:
+    """Top-level keys one per line, each step / evaluation on one line (diffable, not 4,000 lines)."""
+    lines = []
+    for k, v in result.items():
+        if isinstance(v, list):
+            lines.append(f" {json.dumps(k)}: [\n" + ",\n".join("  " + json.dumps(x) for x in v) + "\n ]")
+        else:
+            lines.append(f" {json.dumps(k)}: {json.dumps(v)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 if __name__ == "__main__":

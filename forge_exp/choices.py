@@ -8,3 +8,11 @@ ADVANTAGES = ("group_norm", "mean", "loo")  # rl/advantages.py
 TARGET_FORMATS = ("gsm8k", "boxed", "raw")  # data/hf.py: extract_target
 DTYPES = ("float32", "bfloat16", "float16")  # models/hf.py
 ATTENTION = ("sdpa", "eager")  # transformers attn_implementation
+
+# The tiny model's character tokenizer (models/tokenizer.py): digits, the arithmetic task's operators and a space.
+# Kept minimal on purpose: every extra token is mass the untrained model spreads over useless outputs. A task with
+# new characters appends them (appending keeps the ids of existing characters, so old checkpoints still decode).
+ALPHABET = "0123456789+-*/= "
+# The tool-using tiny model's extra characters (envs/formats.py, TinyToolFormat): `[expr]` is a calculator call,
+# `(result)` the tool's reply, `?` an error. Kept out of ALPHABET so the default experiment's vocabulary stays.
+TOOL_ALPHABET = ALPHABET + "[]()?"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up forge-exp in ./.venv from scratch. Idempotent: a second run checks a stamp and returns in a second.
 #   bash launchers/setup.sh          # the package, for running experiments
-#   bash launchers/setup.sh --test   # + test/sweep/notebook extras and the Debian packages the tests start
-#                                    #   (SLURM daemons, munge, Chromium)
+#   bash launchers/setup.sh --test   # + the test/sweep/notebook/openenv/verifiers extras and the Debian packages
+#                                    #   the tests start (SLURM daemons, munge, Chromium)
 # torch is pinned to the CPU build first, so pip never resolves a multi-GB CUDA build on a CPU-only machine;
 # GPU users install their own torch first and pip keeps it (pyproject only asks torch>=2.6).
 set -euo pipefail
@@ -14,7 +14,7 @@ TORCH=${FORGE_EXP_TORCH:-torch==2.13.0}
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 
 # What the install depends on: a change to any of these makes the next run install again.
-extras=$([[ $TEST == 1 ]] && echo "[sweep,notebook,test]" || echo "")
+extras=$([[ $TEST == 1 ]] && echo "[sweep,notebook,test,openenv,verifiers]" || echo "")
 stamp=".venv/.forge-exp-setup$( [[ $TEST == 1 ]] && echo -test )"
 want=$(cat pyproject.toml launchers/apt-packages.txt tests/browser/package-lock.json 2>/dev/null | sha256sum | cut -c1-16)
 want="$want $TORCH $extras"
@@ -33,7 +33,9 @@ fi
 # setuptools' build backend prints its deprecation notices on stderr: keep them only if the install fails
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! "${PIP[@]}" -e ".$extras" 2>"$log"; then
+# the torch already there is pinned in the same call, so no extra's dependencies can pull another build
+have_torch="torch==$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])')"
+if ! "${PIP[@]}" -e ".$extras" "$have_torch" 2>"$log"; then
   cat "$log" >&2
   exit 1
 fi

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from forge_exp import choices
 from forge_exp.config.checks import FieldError, at_least, within
 from forge_exp.config.enums import Attention, DType
 
@@ -69,6 +70,7 @@ class TinyModel(ModelBase):
     intermediate_size: int = 384
     max_position_embeddings: int = 64
     seed: int = 0
+    alphabet: str = choices.ALPHABET  # the character tokenizer's characters (choices.TOOL_ALPHABET for tool use)
     warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
 
     def __post_init__(self) -> None:

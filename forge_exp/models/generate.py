@@ -15,6 +15,7 @@ unscaled distribution (T = 1), as `sequence_logprobs` does for T = 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import inspect
@@ -87,13 +88,14 @@ def generate(
     max_new_tokens: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
-    eos_id: int,
+    eos_id: int | Sequence[int],
     pad_id: int,
     generator: torch.Generator | None = None,
 ) -> list[Generation]:
     """Sample a continuation of every prompt in one batch; one `Generation` per prompt, in order.
 
-    To draw a group of n samples per prompt, repeat the prompt n times in `prompt_ids`.
+    To draw a group of n samples per prompt, repeat the prompt n times in `prompt_ids`. `eos_id` may list several
+    stop tokens (chat models end a turn on more than one, e.g. Llama 3's <|eot_id|> and <|eom_id|>).
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -104,6 +106,7 @@ def generate(
     if any(len(p) == 0 for p in prompt_ids):
         raise ValueError("every prompt needs at least one token (encode with a <bos> token)")
     device = next(model.parameters()).device
+    stop_ids = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id), dtype=torch.long, device=device)
     ids, mask = left_pad(prompt_ids, pad_id, device)
     batch = ids.shape[0]
     positions = positions_from_mask(mask)
@@ -122,7 +125,7 @@ def generate(
         tok = tok.masked_fill(done, pad_id)  # rows that stopped keep feeding pad; their output is discarded
         tokens[:, step] = tok
         logprobs[:, step] = lp
-        hit_eos = ~done & (tok == eos_id)
+        hit_eos = ~done & torch.isin(tok, stop_ids)
         lengths[hit_eos] = step + 1
         done |= hit_eos
         if step == max_new_tokens - 1 or bool(done.all()):

@@ -13,7 +13,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from forge_exp.models.hf import DTYPES, ModelSpec, enable_activation_checkpointing
-from forge_exp.models.tokenizer import build_char_tokenizer
+from forge_exp.models.tokenizer import ALPHABET, build_char_tokenizer
 
 
 def qwen3(
@@ -70,6 +70,7 @@ class TinyQwen3(ModelSpec):
     intermediate_size: int = 384
     max_position_embeddings: int = 64
     seed: int = 0
+    alphabet: str = ALPHABET  # the character tokenizer's characters (models/tokenizer.py; TOOL_ALPHABET for tool use)
 
     @property
     def random_init(self) -> bool:
@@ -80,12 +81,12 @@ class TinyQwen3(ModelSpec):
             super().check_available()
 
     def tokenizer(self) -> PreTrainedTokenizerBase:
-        return super().tokenizer() if self.path else build_char_tokenizer()
+        return super().tokenizer() if self.path else build_char_tokenizer(self.alphabet)
 
     def build(self, device: str | torch.device = "cpu", dtype: str | None = None) -> Qwen3ForCausalLM:
         if self.path:
             return super().build(device, dtype)
-        tokenizer = build_char_tokenizer()
+        tokenizer = build_char_tokenizer(self.alphabet)
         model = qwen3(
             vocab_size=len(tokenizer), hidden_size=self.hidden_size, num_layers=self.num_layers,
             num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,

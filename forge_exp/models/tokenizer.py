@@ -16,12 +16,10 @@ from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers, processors
 from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
+from forge_exp.choices import ALPHABET, TOOL_ALPHABET  # noqa: F401 — the character sets (model.alphabet)
+
 PAD, EOS, BOS, UNK = "<pad>", "<eos>", "<bos>", "<unk>"
 SPECIAL_TOKENS = (PAD, EOS, BOS, UNK)  # ids 0..3, in this order
-# Digits, the operators of the arithmetic task, and a space. Kept minimal on purpose: every extra token is mass
-# the untrained model spreads over useless outputs. A task with new characters appends them here (appending keeps
-# the ids of existing characters, so old checkpoints still decode).
-ALPHABET = "0123456789+-*/= "
 
 
 def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:

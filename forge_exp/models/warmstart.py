@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -66,11 +66,13 @@ def warmstart(
     warmup_steps: int = 10,
     weight_decay: float = 0.0,
     grad_clip: float = 1.0,
+    collate: Callable[[list, PreTrainedTokenizerBase], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = collate_sft,
 ) -> dict[str, float]:
     """Train `model` in place with AdamW on `batch_size` problems per step (linear warmup, then constant `lr`) for
     at most `steps` steps, or until the exact-answer accuracy of the last `accuracy_window` batches (measured
     before each update) reaches `target_accuracy`. Returns metrics under `warmstart/`; the model is left in eval
-    mode."""
+    mode. `collate` turns a batch of items into `(ids, attention_mask, loss_mask)` (collate_sft's layout); other
+    items than Problems plug in there, e.g. multi-turn demonstrations (data/tool_arithmetic.py)."""
     if target_accuracy is not None and not 0 < target_accuracy <= 1:
         raise ValueError(f"warm-start target_accuracy must be in (0, 1], got {target_accuracy}")
     device = next(model.parameters()).device
@@ -84,7 +86,7 @@ def warmstart(
         batch = list(itertools.islice(stream, batch_size))
         if not batch:
             break
-        ids, mask, loss_mask = (t.to(device) for t in collate_sft(batch, tokenizer))
+        ids, mask, loss_mask = (t.to(device) for t in collate(batch, tokenizer))
         logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
         targets, target_mask = ids[:, 1:], loss_mask[:, 1:]  # the logits at t predict token t+1
         token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")

@@ -1,6 +1,10 @@
 """The data that flows through one GRPO step, defined once.
 
     prompt ─▶ Completion (generator) ─▶ Group (+ rewards) ─▶ Episode (+ advantage) ─▶ TrainBatch (collated tensors)
+
+A multi-turn episode (forge_exp/envs/) is one Completion too: `token_ids` holds every token after the prompt, the
+model's turns and the environment's insertions (tool results, user turns) in order, and `loss_mask` tells them apart.
+Only the model's tokens are trained on and enter the behaviour/reference ratios; the environment's are context.
 """
 
 from __future__ import annotations
@@ -26,13 +30,25 @@ class Completion:
     prompt_ids: list[int]
     token_ids: list[int]
     logprobs: list[float]  # behaviour log-probabilities of token_ids under the sampling policy
-    stop_reason: str  # "eos" | "length"
-    policy_version: int  # version of the weights that sampled it
+    stop_reason: str  # "eos" | "length"; multi-turn episodes also "max_turns" | "failed" (see envs/driver.py)
+    policy_version: int  # version of the weights that sampled it (the oldest turn's, for a multi-turn episode)
     text: str = ""
+    # Per token of token_ids: True where the model produced the token, False where the environment inserted it.
+    # None means every token is the model's (a single-turn completion).
+    loss_mask: list[bool] | None = None
+    messages: list[dict] | None = None  # multi-turn: the whole conversation with roles, for logs
+    info: dict[str, float] = field(default_factory=dict)  # multi-turn: turns, tool_calls, tool_errors, ...
+
+    def __post_init__(self) -> None:
+        if self.loss_mask is not None and len(self.loss_mask) != len(self.token_ids):
+            raise ValueError(
+                f"Completion.loss_mask has {len(self.loss_mask)} entries for {len(self.token_ids)} tokens"
+            )
 
     @property
     def truncated(self) -> bool:
-        return self.stop_reason == "length"
+        """Stopped by a budget (tokens, or turns for an episode) rather than finishing."""
+        return self.stop_reason in ("length", "max_turns")
 
 
 @dataclass
@@ -73,12 +89,15 @@ class TrainBatch:
     prompt_ids: torch.Tensor  # [B, P] long, left-padded
     prompt_mask: torch.Tensor  # [B, P] bool
     response_ids: torch.Tensor  # [B, R] long, right-padded
-    response_mask: torch.Tensor  # [B, R] bool, True on real response tokens
+    response_mask: torch.Tensor  # [B, R] bool, True on real response tokens (what attention sees)
     behavior_logprobs: torch.Tensor  # [B, R] float, from the generator
     advantages: torch.Tensor  # [B] float
     truncated: torch.Tensor  # [B] bool, stopped at max tokens rather than EOS
     policy_versions: torch.Tensor  # [B] long
     ref_logprobs: torch.Tensor | None = None  # [B, R] float, when a reference model is used
+    # [B, R] bool, True on the tokens the loss trains on: the model's own tokens (a subset of response_mask; equal
+    # to it for single-turn completions). None is read as response_mask.
+    loss_mask: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]

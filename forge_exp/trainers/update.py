@@ -70,7 +70,9 @@ def policy_update(
     tokens = 0
     for mb in batch.split(grad_accum):
         mb = _to(mb, device)
-        mask = mb.response_mask
+        # The model's own tokens: environment insertions of a multi-turn episode are attended to but not trained on,
+        # and stay out of the behaviour/reference ratios (the loss sees them masked).
+        mask = mb.response_mask if mb.loss_mask is None else mb.loss_mask
         if mask_truncated:  # overlong filtering (DAPO): truncated completions carry no gradient
             mask = mask & ~mb.truncated[:, None]
         with policy.autocast():

@@ -8,7 +8,7 @@ A loss is an `nn.Module` (or any callable) whose `forward` takes, *by name*, onl
     behavior_logprobs  [B, T]  logprobs under the generator that sampled them; alias old_logprobs — generator
     ref_logprobs       [B, T]  reference-model logprobs                                     — iff algorithm.beta > 0
     advantages         [B, 1]  broadcastable to [B, T] ([B] is accepted by the built-ins)   — rl/advantages.py
-    padding_mask       [B, T]  bool / 0-1 float, True on real response tokens               — collate
+    padding_mask       [B, T]  bool / 0-1 float, True on the model's response tokens        — collate
     entropy            [B, T]  per-token policy entropy (requires grad)                     — trainer, when asked for
 
 and returns either a scalar tensor (torchforge style: `forward(self, logprobs, ref_logprobs, advantages,
@@ -47,7 +47,7 @@ LOSS_INPUTS: dict[str, str] = {
     "behavior_logprobs": "the generator returns with each completion (Completion.logprobs)",
     "ref_logprobs": "exists only when algorithm.beta > 0 (the reference model runs only then)",
     "advantages": "come from rl/advantages.py (algorithm.advantage)",
-    "padding_mask": "the collate step builds (TrainBatch.response_mask)",
+    "padding_mask": "the collate step builds (TrainBatch.loss_mask)",
     "entropy": "the trainer computes from the policy logits when the loss asks for it",
 }
 ALIASES: dict[str, str] = {"old_logprobs": "behavior_logprobs"}

@@ -115,12 +115,12 @@ class StaticDecoder:
         real tokens, so causality keeps it out of their attention, and its K/V land past each prompt's end).
         """
         dev = slots.device
-        lens = torch.tensor([len(p) for p in prompts], device=dev)
-        width = int(lens.max())
+        sizes = [len(p) for p in prompts]
+        lens, width = torch.tensor(sizes, device=dev), max(sizes)
         if self.kernels.PACKED_PREFILL:
             tokens = torch.tensor([t for p in prompts for t in p], device=dev)
             rows = torch.repeat_interleave(slots, lens, output_size=len(tokens))  # [N] slot of each token
-            positions = torch.cat([torch.arange(len(p), device=dev) for p in prompts])
+            positions = torch.tensor([i for n in sizes for i in range(n)], device=dev)
             attend = lambda q, kc, vc: self.kernels.attention(q, kc, vc, rows, positions + 1, width, self.scale)
             last = lens.cumsum(0) - 1
         else:

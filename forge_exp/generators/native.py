@@ -206,7 +206,7 @@ class NativeEngine:
     @torch.inference_mode()
     def _run(self) -> None:
         try:
-            if self.device.type == "cuda":
+            if self.device.type == "cuda" and self.device.index is not None:
                 torch.cuda.set_device(self.device)
             while True:
                 with self._cv:

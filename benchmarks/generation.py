@@ -12,8 +12,8 @@ device-to-device copy bandwidth measured in the same call, that is the fastest p
 Before timing, `checks` runs the Triton kernels against the torch ops and the engine against the eager path on
 the GPU (float32), so a fast wrong engine cannot pass unnoticed.
 
---cpu-tiny: the default experiment's generation (tiny model, 256 rows x 8 new tokens, 1 thread): the eager path,
-the native engine and, with --baseline-rev, `generate` as it was at that commit. Imports only pure modules.
+--cpu-tiny: the default experiment's generation (tiny model, 32 prompts x 8 samples = 256 rows x 8 new tokens, one
+thread): the eager path, the native engine and, with --baseline-rev, `generate` as it was at that commit.
 """
 
 from __future__ import annotations
@@ -156,7 +156,8 @@ def run_vllm(model, prompts, new: int) -> dict:
         inputs = [{"prompt_token_ids": p} for p in prompts]
         llm.generate(inputs[:2], vllm.SamplingParams(max_tokens=4, ignore_eos=True))
         out, seconds = timed(lambda: llm.generate(inputs, params))
-        return {"seconds": seconds, "tokens": sum(len(o.outputs[0].token_ids) for o in out), "version": vllm.__version__}
+        tokens = sum(len(o.outputs[0].token_ids) for o in out)
+        return {"seconds": seconds, "tokens": tokens, "version": vllm.__version__}
 
 
 def checks(device: str) -> dict:
@@ -179,7 +180,8 @@ def checks(device: str) -> dict:
         slot = torch.randint(0, slots + 1, (n,), generator=g, device=device)
         caches = [[r(slots + 1, hkv, length, d) for _ in range(2)] for _ in range(2)]
         caches[1] = [c.clone() for c in caches[0]]
-        q = [mod.qk_rope_store(qkv, qkn, 1e-6, cos, sin, pos, slot, *c, hq) for mod, c in zip((ops, triton_ops), caches)]
+        q = [mod.qk_rope_store(qkv, qkn, 1e-6, cos, sin, pos, slot, *c, hq)
+             for mod, c in zip((ops, triton_ops), caches)]
         written = [[c[slot, :, pos] for c in pair] for pair in caches]  # [n, Hkv, D] each
         lens = torch.randint(1, length + 1, (n,), generator=g, device=device)
         a = [mod.attention(q[0], *caches[0], slot, lens, None, d**-0.5) for mod in (ops, triton_ops)]
@@ -281,13 +283,17 @@ def cpu_tiny(args) -> dict:
     """The default experiment's generation on one CPU thread: interleaved runs, best of --repeats (process time)."""
     from forge_exp.config.model import ModelConfig, build_model
 
+    import random
+
     torch.set_num_threads(1)
     cfg = ModelConfig()
     model, tok = build_model(cfg)
-    prompts = [tok(p)["input_ids"] for p in ["37+48=", "5+91=", "60+6=", "99+99="] * 64]  # 256 rows
+    rng = random.Random(0)  # one GRPO step of the default experiment: 32 problems x group_size 8 = 256 rows
+    prompts = [tok(f"{rng.randint(0, 99)}+{rng.randint(0, 99)}=")["input_ids"] for _ in range(32)]
+    rows = [p for p in prompts for _ in range(8)]  # how the generator actor calls the eager path
     engine = NativeEngine(cfg, "cpu", 0, eos_token_ids=[])
-    fns = {"eager generate": lambda: generate(model, prompts, max_new_tokens=8, eos_id=-1, pad_id=0, seed=1),
-           "native engine": lambda: asyncio.run(engine.generate(prompts, Sampling(max_new_tokens=8, seed=1)))}
+    fns = {"eager generate": lambda: generate(model, rows, max_new_tokens=8, eos_id=-1, pad_id=0, seed=1),
+           "native engine": lambda: asyncio.run(engine.generate(prompts, Sampling(n=8, max_new_tokens=8, seed=1)))}
     if args.baseline_rev:
         import subprocess
         import types
@@ -297,7 +303,7 @@ def cpu_tiny(args) -> dict:
         old = types.ModuleType("generate_before")
         exec(compile(source, "generate_before", "exec"), old.__dict__)
         fns[f"generate at {args.baseline_rev}"] = lambda: old.generate(
-            model, prompts, max_new_tokens=8, eos_id=-1, pad_id=0, generator=torch.Generator().manual_seed(1))
+            model, rows, max_new_tokens=8, eos_id=-1, pad_id=0, generator=torch.Generator().manual_seed(1))
     times = {k: [] for k in fns}
     for f in fns.values():
         f()  # warm-up
@@ -306,10 +312,12 @@ def cpu_tiny(args) -> dict:
             t0 = time.process_time()
             f()
             times[k].append(time.process_time() - t0)
+    stats = dict(engine.stats, prefill_tokens=engine.runner.prefill_tokens)
     engine.close()
     tokens = 256 * 8
     return {"commit": args.commit, "machine": f"{platform.machine()} {platform.processor()}".strip(), "threads": 1,
-            "torch": torch.__version__, "rows": 256, "new_tokens": 8, "repeats": args.repeats,
+            "torch": torch.__version__, "rows": 256, "distinct_prompts": 32, "new_tokens": 8, "repeats": args.repeats,
+            "native_engine_stats": stats,
             "runs": [{"engine": k, "best_tokens_per_s": tokens / min(v), "median_tokens_per_s":
                       tokens / statistics.median(v)} for k, v in times.items()]}
 

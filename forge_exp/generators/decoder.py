@@ -131,6 +131,18 @@ class StaticDecoder:
             last = torch.arange(len(prompts), device=dev) * width + lens - 1
         return self._forward(tokens, rows, positions, attend, last)
 
+    @torch.no_grad()
+    def copy_prefix(self, copies: list[tuple[int, int, int]]) -> None:
+        """For each (source slot, target slot, length), copy positions [0, length) of every layer's K/V."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for src, dst, length in copies:
+            groups.setdefault((src, length), []).append(dst)
+        for (src, length), dsts in groups.items():
+            targets = torch.tensor(dsts, device=self.k_cache.device)
+            for cache in (self.k_cache, self.v_cache):
+                prefix = cache[:, :, :, :length]  # [layers, S + 1, Hkv, length, D] view
+                prefix.index_copy_(1, targets, prefix[:, src : src + 1].expand(-1, len(dsts), -1, -1, -1))
+
     def decode(
         self,
         tokens: torch.Tensor,  # [B] long: each row's last token

@@ -58,7 +58,8 @@ class NativeKnobs:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(knobs) - known)
         if unknown:
-            raise ValueError(f"generator.{unknown[0]} is not a knob of the torch generator; known: {', '.join(sorted(known))}")
+            raise ValueError(f"generator.{unknown[0]} is not a knob of the torch generator; known: "
+                             f"{', '.join(sorted(known))}")
         return cls(**knobs)
 
 

@@ -59,6 +59,7 @@ class DecodeRunner:
         self.eos = torch.tensor(list(eos_ids) or [-1], dtype=torch.long, device=device)
         self.top_p_host = [1.0] * n
         self.pos_host = [0] * n  # upper bound on each slot's position: the eager path reads only that much cache
+        self.prefill_tokens = 0  # prompt tokens run through the model (repeats of a prompt are copied, not run)
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
         self._buckets = buckets(slots)
         self._graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
@@ -84,7 +85,8 @@ class DecodeRunner:
         self._record(logits, idx, truncate)
 
     def prefill(self, rows: list[Admit]) -> None:
-        """Write the prompts' K/V into their slots (one packed forward) and draw each row's first token."""
+        """Write the prompts' K/V into their slots (one forward over the distinct prompts) and draw each row's
+        first token."""
         dev = self.device
         idx = torch.tensor([r.slot for r in rows], device=dev)
         lens = [len(r.prompt) for r in rows]
@@ -95,7 +97,21 @@ class DecodeRunner:
         self.pos[idx] = torch.tensor(lens, device=dev) - 1  # _record moves it to the first new token's position
         self.step[idx] = 0
         self.done[idx] = False
-        logits = self.decoder.prefill([r.prompt for r in rows], idx)
+        # Each distinct prompt is prefilled once — the n samples of a prompt share it — and its K/V copied to the
+        # slots of its repeats; they all draw their first token from its logits (with their own keys).
+        first: dict[tuple[int, ...], int] = {}  # prompt -> index of its first row in the prefill batch
+        distinct = []
+        for r in rows:
+            if tuple(r.prompt) not in first:
+                first[tuple(r.prompt)] = len(distinct)
+                distinct.append(r)
+        heads = torch.tensor([r.slot for r in distinct], device=dev)
+        logits = self.decoder.prefill([r.prompt for r in distinct], heads)  # [distinct, V]
+        src = [first[tuple(r.prompt)] for r in rows]
+        self.decoder.copy_prefix([(distinct[j].slot, r.slot, len(r.prompt)) for j, r in zip(src, rows)
+                                  if distinct[j].slot != r.slot])
+        self.prefill_tokens += sum(len(r.prompt) for r in distinct)
+        logits = logits[torch.tensor(src, device=dev)] if len(distinct) < len(rows) else logits
         for r, n in zip(rows, lens):
             self.top_p_host[r.slot] = r.top_p
             self.pos_host[r.slot] = n

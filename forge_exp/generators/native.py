@@ -125,6 +125,7 @@ class NativeEngine:
         self._waiting: deque[_Row] = deque()
         self._weights: list[_Pending] = []
         self._active: dict[int, _Row] = {}
+        self._taken: list[_Row] = []  # rows the worker took from the queue and has not yet placed or delivered
         self._free = list(range(knobs.slots - 1, -1, -1))
         self._closed, self._error = False, None
         self.stats = {"admitted": 0, "prefills": 0, "decode_steps": 0, "polls": 0}
@@ -151,7 +152,10 @@ class NativeEngine:
             def set_():
                 if not done.cancelled():
                     done.set_exception(error) if error is not None else done.set_result(results)
-            loop.call_soon_threadsafe(set_)
+            try:
+                loop.call_soon_threadsafe(set_)
+            except RuntimeError:  # the caller's event loop is gone: nobody waits for this call any more
+                pass
 
         with self._cv:
             self._check_open()
@@ -159,7 +163,7 @@ class NativeEngine:
             seed = sampling.seed if sampling.seed is not None else self._seed * 1_000_003 + self._calls
             n_rows = len(prompts) * sampling.n
             request = _Request(seed, sampling, [None] * n_rows, settle, remaining=n_rows)
-            self._waiting.extend(_Row(request, i, prompts[i // sampling.n]) for i in range(n_rows))
+            self._waiting.extend(_Row(request, i, list(prompts[i // sampling.n])) for i in range(n_rows))
             self._cv.notify()
         flat = await done
         return [flat[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompts))]
@@ -216,7 +220,7 @@ class NativeEngine:
                     if self._closed:
                         return
                     weights, self._weights = self._weights, []
-                    admit = []
+                    admit = self._taken = []
                     if self.plain_reason is None:
                         while self._waiting and len(admit) < len(self._free):
                             admit.append(self._waiting.popleft())
@@ -288,7 +292,7 @@ class NativeEngine:
             if not self._waiting:
                 return
             request = self._waiting[0].request
-            rows = []
+            rows = self._taken = []
             while self._waiting and self._waiting[0].request is request:
                 rows.append(self._waiting.popleft())
         s = request.sampling
@@ -309,8 +313,10 @@ class NativeEngine:
         with self._cv:
             if not self._closed:
                 self._error = error
-            requests = {id(r.request): r.request for r in [*self._waiting, *self._active.values()]}
+            rows = [*self._waiting, *self._taken, *self._active.values()]
+            requests = {id(r.request): r.request for r in rows if r.request.remaining > 0}
             self._waiting.clear()
+            self._taken = []
             self._active.clear()
             weights, self._weights = self._weights, []
         for request in requests.values():

@@ -202,3 +202,18 @@ def test_built_from_the_model_config():
         assert e.tokenizer.eos_token_id == TOK.eos_token_id and e.max_len == 64
         got = run(e.generate(prompts, s))
     assert_same(got, eager(build_model(ModelConfig())[0], prompts, s))
+
+
+def test_a_failure_in_the_worker_reaches_every_caller():
+    with engine(peaky_model()) as e:
+        bad = [[2, len(TOK) + 5]]  # a token id past the vocabulary: the embedding lookup fails on the worker
+
+        async def main():
+            return await asyncio.gather(e.generate(bad, Sampling(max_new_tokens=4)),
+                                        e.generate(encode(PROMPTS), Sampling(max_new_tokens=4)),
+                                        return_exceptions=True)
+
+        outcomes = run(main())
+        assert all(isinstance(o, IndexError) for o in outcomes)  # both calls hear of it; neither hangs
+        with pytest.raises(RuntimeError, match="engine failed"):
+            run(e.generate(encode(PROMPTS), Sampling(max_new_tokens=4)))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import statistics
 import sys
@@ -315,7 +316,9 @@ def cpu_tiny(args) -> dict:
     stats = dict(engine.stats, prefill_tokens=engine.runner.prefill_tokens)
     engine.close()
     tokens = 256 * 8
-    return {"commit": args.commit, "machine": f"{platform.machine()} {platform.processor()}".strip(), "threads": 1,
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").exists() else ""
+    return {"commit": args.commit, "machine": f"{cpu}, {os.cpu_count()} cores", "threads": 1,
             "torch": torch.__version__, "rows": 256, "distinct_prompts": 32, "new_tokens": 8, "repeats": args.repeats,
             "native_engine_stats": stats,
             "runs": [{"engine": k, "best_tokens_per_s": tokens / min(v), "median_tokens_per_s":
@@ -336,12 +339,13 @@ def main() -> None:
     result = cpu_tiny(args) if args.cpu_tiny else gpu(args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{'shape':16s} {'engine':18s} {'tokens/s':>10s} {'of floor':>9s} {'seconds':>8s}  note")
+    print(f"\n{'shape':16s} {'engine':20s} {'tokens/s':>10s} {'of floor':>9s} {'seconds':>8s}  note")
     for row in result["runs"]:
         tps = row.get("tokens_per_s", row.get("best_tokens_per_s"))
         frac = row.get("fraction_of_floor")
-        print(f"{row.get('shape', 'cpu-tiny'):16s} {row['engine']:18s} {tps or 0:10,.0f} "
-              f"{'' if frac is None else f'{frac:9.1%}'} {row.get('seconds', 0):8.2f}  {row.get('status', '')}")
+        seconds = f"{row['seconds']:8.2f}" if "seconds" in row else " " * 8
+        print(f"{row.get('shape', 'cpu-tiny'):16s} {row['engine']:20s} {tps or 0:10,.0f} "
+              f"{'' if frac is None else f'{frac:9.1%}':9s} {seconds}  {row.get('status', '')}")
 
 
 if __name__ == "__main__":

@@ -103,10 +103,6 @@ class StaticDecoder:
             cos, sin = inner.rotary_emb(torch.zeros(1, dtype=weight.dtype, device=weight.device), positions)
         self.cos, self.sin = cos[0].contiguous(), sin[0].contiguous()  # [max_len, D]
 
-    @property
-    def cache_bytes(self) -> int:
-        return 2 * self.k_cache.numel() * self.k_cache.element_size()
-
     def prefill(self, prompts: list[list[int]], slots: torch.Tensor) -> torch.Tensor:
         """Write the K/V of every prompt into its slot [n] and return the logits [n, V] float32 after its last token.
 
@@ -152,7 +148,7 @@ class StaticDecoder:
         first_slot: int | None = None,  # set when slots == first_slot + arange(B): the cache is read as a view
     ) -> torch.Tensor:
         """One decode step of B rows: logits [B, V] float32."""
-        if first_slot is not None and not self.kernels.PACKED_PREFILL:
+        if first_slot is not None and self.kernels.SLOT_WINDOW:
             window = slice(first_slot, first_slot + len(tokens))
             attend = lambda q, kc, vc: self.kernels.attention(q, kc[window], vc[window], None, positions + 1,
                                                               kv_len, self.scale)

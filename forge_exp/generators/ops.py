@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 PACKED_PREFILL = False  # prefill takes prompts right-padded: one causal SDPA per layer (see decoder.prefill)
+SLOT_WINDOW = True  # attention also takes a view of consecutive slots (slots=None), which saves a gather per layer
 
 
 def add_rms_norm(

@@ -20,6 +20,7 @@ import triton.language as tl
 SPLIT = 128
 BLOCK_N = 64
 PACKED_PREFILL = True  # prefill takes prompts packed, no padding: each token is a row of `attention`
+SLOT_WINDOW = False  # attention indexes the cache by slot id itself
 
 
 @triton.jit

@@ -8,7 +8,9 @@ together; every `sync_every` steps it looks once at which rows finished (EOS or 
 those back, and prefills waiting rows into the freed slots, so long and short completions do not hold each other
 up and rows of many concurrent `generate` calls share one batch. On GPU each decode step is a CUDA graph per batch
 bucket over fused Triton kernels (`triton_ops.py`); elsewhere the same step runs eagerly on the torch ops (`ops.py`).
-New weights (`load_weights`) are copied in between chunks of steps; rows in flight continue under them.
+New weights (`load_weights`) are copied in between chunks of steps; rows in flight continue under them. Rows
+admitted together that share a prompt (the n samples of a group) share its prefill: it runs once and its K/V are
+copied to the other slots.
 
 Exactness: draws come from the shared counter-based sampler (`sampling.py`), keyed by (call seed, row, step), so
 each row's tokens do not depend on the schedule, and the eager reference `models.generate.generate` with the same

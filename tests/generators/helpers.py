@@ -32,6 +32,24 @@ def tiny_llama(seed: int = 0):
         return peaky(LlamaForCausalLM(config))
 
 
+def tiny_qwen2(seed: int = 0):
+    """Qwen2: the Llama layout plus q/k/v biases."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=len(TOK), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1)
+    config._attn_implementation = "sdpa"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = peaky(Qwen2ForCausalLM(config))
+    with torch.no_grad():  # biases are vectors, which peaky leaves at zero: make them matter
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    return model
+
+
 def engine(model, **knobs):
     knobs.setdefault("max_len", 64)
     return NativeEngine.from_model(model, TOK, seed=0, **knobs)
@@ -60,4 +78,5 @@ def run(coro):
     return asyncio.run(coro)
 
 
-__all__ = ["PROMPTS", "TOK", "encode", "peaky_model", "tiny_llama", "engine", "eager", "assert_same", "run"]
+__all__ = ["PROMPTS", "TOK", "encode", "peaky_model", "tiny_llama", "tiny_qwen2", "engine", "eager", "assert_same",
+           "run"]

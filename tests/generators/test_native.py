@@ -8,14 +8,15 @@ import torch
 
 from forge_exp.generators.base import Engine, Sampling
 from tests.generators.helpers import (PROMPTS, TOK, assert_same, eager, encode, engine, peaky_model, run,
-                                      tiny_llama)
+                                      tiny_llama, tiny_qwen2)
+
+ARCHS = {"qwen3": peaky_model, "llama": tiny_llama, "qwen2": tiny_qwen2}
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.8), (0.0, 1.0)])
 def test_matches_the_eager_path(arch, temperature, top_p):
-    model = peaky_model() if arch == "qwen3" else tiny_llama()
-    reference = peaky_model() if arch == "qwen3" else tiny_llama()
+    model, reference = ARCHS[arch](), ARCHS[arch]()
     sampling = Sampling(n=3, temperature=temperature, top_p=top_p, max_new_tokens=10, seed=11)
     prompts = encode(PROMPTS)
     with engine(model, slots=8) as e:
@@ -26,6 +27,13 @@ def test_matches_the_eager_path(arch, temperature, top_p):
     want = eager(reference, prompts, sampling)
     assert_same(got, want)
     assert len({tuple(g.token_ids) for gs in got for g in gs}) > 3  # the rows really differ
+
+
+def test_qwen2_biases_go_through_the_fused_projection():
+    s = Sampling(n=2, max_new_tokens=10, seed=5)
+    with engine(tiny_qwen2()) as e:
+        got = run(e.generate(encode(PROMPTS), s))
+    assert_same(got, eager(tiny_qwen2(), encode(PROMPTS), s))
 
 
 def test_greedy_takes_the_argmax_and_its_logprob():

@@ -33,6 +33,14 @@ async def evaluate(cfg, generator: Service, reward: Service, problems: list[Prob
     return out
 
 
+def generator_sizes(cfg) -> dict[str, int]:
+    """The generator knobs a config may leave null, from the run's shape: KV-cache rows for every batch that may be
+    in flight at once, and room for the longest prompt plus the response budget."""
+    a = cfg.algorithm
+    rows = a.prompts_per_step * a.group_size * (a.max_policy_age + 1) if hasattr(a, "group_size") else 64
+    return {"slots": rows, "max_len": cfg.dataset.prompt_budget + cfg.dataset.max_new_tokens}
+
+
 def warm_start_dir(cfg) -> Path:
     """Cache key: everything that changes the warm-started weights (model and its warm-start settings, task,
     seed)."""

@@ -16,7 +16,7 @@ import time
 
 from forge_exp.actors.generator import Generator
 from forge_exp.actors.reward import RewardWorker
-from forge_exp.apps.common import evaluate
+from forge_exp.apps.common import evaluate, generator_sizes
 from forge_exp.runtime.build import build
 from forge_exp.runtime.services import Runtime
 from forge_exp.tracking.mlflow import Tracker
@@ -27,7 +27,7 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume=None) -> dict[str,
     if not problems:
         raise ValueError(f"dataset {cfg.dataset.name} has no held-out problems to evaluate: set its eval split "
                          f"and a dataset.eval_size > 0 (null = the whole split)")
-    generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed)
+    generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed, generator_sizes(cfg))
     reward = runtime.spawn("reward", RewardWorker, cfg.reward)
     t0 = time.perf_counter()
     metrics = await evaluate(cfg, generator, reward, problems, step=0)

@@ -28,7 +28,7 @@ from forge_exp.actors.replay_buffer import ReplayBufferService
 from forge_exp.actors.reward import RewardWorker
 from forge_exp.actors.trainer import Trainer
 from forge_exp.apps.checkpoint import ResumeState, save_checkpoint
-from forge_exp.apps.common import evaluate, wants_warm_start, warm_start, warm_start_dir
+from forge_exp.apps.common import evaluate, generator_sizes, wants_warm_start, warm_start, warm_start_dir
 from forge_exp.data.collate import collate_episodes
 from forge_exp.rl.episodes import to_episodes
 from forge_exp.rl.filters import DynamicSampling
@@ -77,7 +77,8 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     )
     if init_path and not cached:
         warm = await warm_start(cfg, trainer, dataset)
-    generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, init_path, cfg.seed)
+    generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, init_path, cfg.seed,
+                              generator_sizes(cfg))
     reward = runtime.spawn("reward", RewardWorker, cfg.reward)
     buffer = runtime.spawn("replay_buffer", ReplayBufferService, cfg.algorithm.max_policy_age, cfg.seed)
     ref_model = None

@@ -41,6 +41,11 @@ class ArithmeticDataset(DatasetBase):
     digits: int = 2  # digits per operand
     ops: str = "+"  # operators to draw from, any of "+-*/"
 
+    @property
+    def prompt_budget(self) -> int:
+        """Tokens a prompt may take: <bos>, two operands, the operator and '='."""
+        return 2 * self.digits + 3
+
     def __post_init__(self) -> None:
         super().__post_init__()
         from forge_exp.data.arithmetic import OPS, max_eval_size
@@ -69,6 +74,10 @@ class RowDataset(DatasetBase):
     max_prompt_tokens: int = 512  # longer prompts are skipped, not truncated
     streaming: bool = False  # read lazily instead of loading (large datasets)
     shuffle_buffer: int = 1000  # streaming only: rows held for shuffling
+
+    @property
+    def prompt_budget(self) -> int:
+        return self.max_prompt_tokens
 
     def __post_init__(self) -> None:
         super().__post_init__()

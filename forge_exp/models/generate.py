@@ -1,8 +1,10 @@
-"""Torch-native batched sampling over any transformers causal LM, with a KV cache.
+"""Eager batched sampling over any transformers causal LM, with a KV cache: the reference path.
 
 The prompts are left-padded into one batch and prefilled once; then every step feeds one token per row and reuses
 the cache (transformers `DynamicCache`), so a step costs one token of compute, not a full recompute. Each row stops
-on its own at EOS or after `max_new_tokens`; the batch ends when every row has stopped.
+on its own at EOS or after `max_new_tokens`; the batch ends when every row has stopped. Tokens are drawn by the
+shared sampler (`models/sampling.py`, noise keyed by (seed, row, step)), so the native engine
+(`generators/native.py`) reproduces this function token for token; that engine is the fast path.
 
 Behaviour logprobs — the choice the trainer depends on. The logprob returned for a sampled token is its
 log-softmax under the *temperature-scaled full* distribution, `log_softmax(logits / T)`, before any top-p
@@ -15,19 +17,22 @@ unscaled distribution (T = 1), as `sequence_logprobs` does for T = 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
-
 import inspect
+from collections.abc import Collection
+from typing import NamedTuple
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from forge_exp.models.sampling import row_key, sample
+
 
 class Generation(NamedTuple):
     token_ids: list[int]  # sampled tokens, the EOS token included when the row stopped on it
-    logprobs: list[float]  # behaviour logprob of each token in token_ids
+    logprobs: list[float]  # behaviour logprob of each token in token_ids: log_softmax(logits / T), full vocabulary
     stop_reason: str  # "eos" | "length"
+
+__all__ = ["Generation", "generate", "left_pad", "positions_from_mask"]
 
 
 def left_pad(
@@ -55,31 +60,6 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def sample_next(
-    logits: torch.Tensor,  # [B, V] float
-    temperature: float,
-    top_p: float,
-    generator: torch.Generator | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row; return `(tokens [B] long, logprobs [B] float)` (logprobs: see the module docstring)."""
-    if temperature == 0.0:
-        tokens = logits.argmax(-1)
-        logprobs = torch.log_softmax(logits, -1).gather(-1, tokens[:, None]).squeeze(-1)
-        return tokens, logprobs
-    log_probs = torch.log_softmax(logits / temperature, -1)
-    probs = log_probs.exp()
-    if top_p < 1.0:
-        sorted_probs, order = probs.sort(-1, descending=True)
-        # Keep the smallest prefix whose mass reaches top_p: drop a token when the mass before it already does.
-        drop = (sorted_probs.cumsum(-1) - sorted_probs) >= top_p
-        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-        pick = torch.multinomial(sorted_probs, 1, generator=generator)
-        tokens = order.gather(-1, pick).squeeze(-1)
-    else:
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
-
-
 @torch.inference_mode()
 def generate(
     model: PreTrainedModel,
@@ -88,14 +68,15 @@ def generate(
     max_new_tokens: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
-    eos_id: int | Sequence[int],
+    eos_id: int | Collection[int],
     pad_id: int,
     generator: torch.Generator | None = None,
+    seed: int | None = None,
 ) -> list[Generation]:
     """Sample a continuation of every prompt in one batch; one `Generation` per prompt, in order.
 
-    To draw a group of n samples per prompt, repeat the prompt n times in `prompt_ids`. `eos_id` may list several
-    stop tokens (chat models end a turn on more than one, e.g. Llama 3's <|eot_id|> and <|eom_id|>).
+    To draw a group of n samples per prompt, repeat the prompt n times in `prompt_ids`. Row r draws with the key
+    (seed, r); without `seed` one is drawn from `generator` (or torch's global generator when that is None too).
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -106,10 +87,16 @@ def generate(
     if any(len(p) == 0 for p in prompt_ids):
         raise ValueError("every prompt needs at least one token (encode with a <bos> token)")
     device = next(model.parameters()).device
-    stop_ids = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id), dtype=torch.long, device=device)
+    if seed is None:
+        where = generator.device if generator is not None else "cpu"
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=where))
+    eos = torch.tensor(sorted({eos_id} if isinstance(eos_id, int) else set(eos_id)), dtype=torch.long, device=device)
     ids, mask = left_pad(prompt_ids, pad_id, device)
     batch = ids.shape[0]
     positions = positions_from_mask(mask)
+    keys = torch.tensor([row_key(seed, r) for r in range(batch)], dtype=torch.long, device=device)
+    temperatures = torch.full((batch,), float(temperature), device=device)
+    top_ps = torch.full((batch,), float(top_p), device=device)
 
     cache = {_cache_arg(model): DynamicCache(config=model.config)}
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **cache, use_cache=True, logits_to_keep=1)
@@ -121,11 +108,12 @@ def generate(
     lengths = torch.full((batch,), max_new_tokens, dtype=torch.long, device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
-        tok, lp = sample_next(logits, temperature, top_p, generator)
+        steps = torch.full((batch,), step, dtype=torch.long, device=device)
+        tok, lp = sample(logits, temperatures, top_ps, keys, steps, truncate=top_p < 1)
         tok = tok.masked_fill(done, pad_id)  # rows that stopped keep feeding pad; their output is discarded
         tokens[:, step] = tok
         logprobs[:, step] = lp
-        hit_eos = ~done & torch.isin(tok, stop_ids)
+        hit_eos = ~done & (tok[:, None] == eos).any(-1)
         lengths[hit_eos] = step + 1
         done |= hit_eos
         if step == max_new_tokens - 1 or bool(done.all()):

@@ -39,6 +39,7 @@ from tests.config.helpers import compose_cfg, error_lines, run_cli
         ("services.trainer.procs=2", r"^services\.trainer\.procs must be 1 for trainer=hf"),
         ("services.reward.procs=2", r"^services\.reward\.procs must be 1"),
         ("parallelism.tensor_parallel=2", r"^parallelism\.tensor_parallel must be 1"),
+        ("generator.slots=0", r"^generator\.slots must be >= 1"),
         ("eval.pass_k=1", r"^eval\.pass_k must be 0 \(off\) or >= 2"),
         ("eval.temperature=-1", r"^eval\.temperature must be in \(0, inf\]"),
         ("checkpoint.keep=0", r"^checkpoint\.keep must be >= 1"),

@@ -1,0 +1,352 @@
+"""The torch-native generation engine (`generator=torch`): static KV cache, continuous batching, CUDA graphs.
+
+    engine = NativeEngine(model_cfg, device="cuda", seed=0, slots=64, max_len=1024)
+    groups = await engine.generate(prompt_ids, Sampling(n=8, temperature=1.0, max_new_tokens=512))
+
+A worker thread owns the device. It keeps up to `slots` sequences in a preallocated KV cache and decodes them
+together; every `sync_every` steps it looks once at which rows finished (EOS or their own max_new_tokens), hands
+those back, and prefills waiting rows into the freed slots, so long and short completions do not hold each other
+up and rows of many concurrent `generate` calls share one batch. On GPU each decode step is a CUDA graph per batch
+bucket over fused Triton kernels (`triton_ops.py`); elsewhere the same step runs eagerly on the torch ops (`ops.py`).
+New weights (`load_weights`) are copied in between chunks of steps; rows in flight continue under them. Rows
+admitted together that share a prompt (the n samples of a group) share its prefill: it runs once and its K/V are
+copied to the other slots.
+
+Exactness: draws come from the shared counter-based sampler (`sampling.py`), keyed by (call seed, row, step), so
+each row's tokens do not depend on the schedule, and the eager reference `models.generate.generate` with the same
+seed returns the same tokens and logprobs (float32, CPU; see tests/generators).
+
+Models other than Qwen3 / Llama / Qwen2 take a plain path: each call runs alone through that eager reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from dataclasses import dataclass, field, fields
+from typing import Iterable
+
+import torch
+
+from forge_exp.generators.base import Generation, Sampling
+from forge_exp.generators.decoder import StaticDecoder, unsupported_reason
+from forge_exp.generators.runner import Admit, DecodeRunner
+from forge_exp.models.sampling import row_key
+
+
+@dataclass(frozen=True)
+class NativeKnobs:
+    """The engine's YAML knobs. KV cache memory: 2 x layers x (slots + 1) x max_len x kv_heads x head_dim x dtype
+    bytes (Qwen3-1.7B in bf16: 114,688 bytes per token and slot, so 64 slots x 1024 tokens = 7.5 GB)."""
+
+    slots: int = 256  # sequences decoded together (KV-cache rows)
+    max_len: int | None = None  # prompt + new tokens per sequence; None: the model's max positions, at most 1024
+    sync_every: int | None = None  # decode steps between host checks; None: 16 on GPU, 1 on CPU
+    cuda_graphs: bool = True  # capture decode steps as CUDA graphs (GPU only)
+    prefill_tokens: int = 8192  # prompt tokens per prefill forward (bounds its activation memory)
+    eos_token_ids: tuple[int, ...] | None = None  # None: the tokenizer's EOS and the model's generation_config EOS
+
+    def __post_init__(self) -> None:  # (ranges are the schema's: config/backends.py)
+        if self.eos_token_ids is not None:
+            object.__setattr__(self, "eos_token_ids", tuple(int(t) for t in self.eos_token_ids))
+
+    @classmethod
+    def parse(cls, knobs: dict) -> "NativeKnobs":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(knobs) - known)
+        if unknown:
+            raise ValueError(f"generator.{unknown[0]} is not a knob of the torch generator; known: "
+                             f"{', '.join(sorted(known))}")
+        return cls(**knobs)
+
+
+@dataclass
+class _Request:
+    seed: int
+    sampling: Sampling
+    results: list[Generation | None]
+    settle: callable  # (results, error) -> None, thread-safe
+    remaining: int = 0
+
+
+@dataclass
+class _Row:
+    request: _Request
+    index: int  # prompt_index * n + sample_index
+    prompt: list[int]
+    generated: int = 0  # tokens drawn, as of the last poll
+    slot: int = -1
+
+
+@dataclass
+class _Pending:
+    pairs: list
+    applied: threading.Event = field(default_factory=threading.Event)
+
+
+class NativeEngine:
+    def __init__(self, model, device: str | torch.device = "cpu", seed: int = 0, *, slots: int = 256,
+                 max_len: int | None = None, sync_every: int | None = None, cuda_graphs: bool = True,
+                 prefill_tokens: int = 8192, eos_token_ids: list[int] | None = None) -> None:
+        """`model`: a `forge_exp.models.hf.ModelSpec` (what conf/model/ builds); the knobs: see `NativeKnobs`."""
+        knobs = NativeKnobs(slots, max_len, sync_every, cuda_graphs, prefill_tokens, eos_token_ids)
+        self._setup(model.build(device), model.tokenizer(), seed, knobs)
+
+    @classmethod
+    def from_model(cls, model: torch.nn.Module, tokenizer=None, *, seed: int = 0, **knobs) -> "NativeEngine":
+        """An engine over an already built HF causal LM (on its device). It takes over the model's weight storage
+        (see decoder.py): do not share the model with another engine."""
+        engine = cls.__new__(cls)
+        engine._setup(model, tokenizer, seed, NativeKnobs.parse(knobs))
+        return engine
+
+    def _setup(self, model, tokenizer, seed: int, knobs: NativeKnobs) -> None:
+        self.model, self.tokenizer, self.knobs = model.eval(), tokenizer, knobs
+        self.device = next(model.parameters()).device
+        cfg = model.config
+        self.max_len = knobs.max_len or min(getattr(cfg, "max_position_embeddings", 1024), 1024)
+        self.eos_ids = knobs.eos_token_ids if knobs.eos_token_ids is not None else _default_eos(model, tokenizer)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = pad if pad is not None else (cfg.pad_token_id or 0)
+        self._params = dict(model.named_parameters(remove_duplicate=False))
+        self.plain_reason = unsupported_reason(model)  # None: the native decoder runs this model
+        on_gpu = self.device.type == "cuda"
+        self.sync_every = knobs.sync_every or (16 if on_gpu else 1)
+        if self.plain_reason is None:
+            decoder = StaticDecoder(model, slots=knobs.slots, max_len=self.max_len, kernels=_kernels(self.device))
+            self.runner = DecodeRunner(decoder, slots=knobs.slots, max_len=self.max_len, eos_ids=self.eos_ids,
+                                       cuda_graphs=knobs.cuda_graphs)
+        self._seed, self._calls = seed, 0
+        self._cv = threading.Condition()
+        self._waiting: deque[_Row] = deque()
+        self._weights: list[_Pending] = []
+        self._active: dict[int, _Row] = {}
+        self._taken: list[_Row] = []  # rows the worker took from the queue and has not yet placed or delivered
+        self._free = list(range(knobs.slots - 1, -1, -1))
+        self._closed, self._error = False, None
+        self.stats = {"admitted": 0, "prefills": 0, "decode_steps": 0, "polls": 0}
+        self._thread = threading.Thread(target=self._run, name="native-engine", daemon=True)
+        self._thread.start()
+
+    # ---- the interface ------------------------------------------------------------------------------------------
+
+    async def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[list[Generation]]:
+        self._check_open()
+        if not prompts:
+            return []
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"prompt {i} is empty: every prompt needs at least one token (encode with <bos>)")
+            if len(p) + sampling.max_new_tokens > self.max_len:
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens and max_new_tokens is {sampling.max_new_tokens}: more than "
+                    f"generator.max_len={self.max_len} together; raise generator.max_len or shorten the prompt")
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def settle(results, error):
+            def set_():
+                if not done.cancelled():
+                    done.set_exception(error) if error is not None else done.set_result(results)
+            try:
+                loop.call_soon_threadsafe(set_)
+            except RuntimeError:  # the caller's event loop is gone: nobody waits for this call any more
+                pass
+
+        with self._cv:
+            self._check_open()
+            self._calls += 1
+            seed = sampling.seed if sampling.seed is not None else self._seed * 1_000_003 + self._calls
+            n_rows = len(prompts) * sampling.n
+            request = _Request(seed, sampling, [None] * n_rows, settle, remaining=n_rows)
+            self._waiting.extend(_Row(request, i, list(prompts[i // sampling.n])) for i in range(n_rows))
+            self._cv.notify()
+        flat = await done
+        return [flat[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompts))]
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        pairs = []
+        for name, tensor in weights:
+            param = self._params.get(name)
+            if param is None:
+                raise KeyError(f"load_weights: the model has no parameter named {name!r}")
+            if tuple(param.shape) != tuple(tensor.shape):
+                raise ValueError(f"load_weights: {name} has shape {tuple(tensor.shape)}, the model's is "
+                                 f"{tuple(param.shape)}")
+            pairs.append((param, tensor))
+        pending = _Pending(pairs)
+        with self._cv:
+            self._check_open()
+            self._weights.append(pending)
+            self._cv.notify()
+        pending.applied.wait()
+        if self._error is not None:
+            raise RuntimeError("the generation engine failed") from self._error
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        """The model's parameters by HF name (tied ones once): the layout weight sync checks against."""
+        return dict(self.model.named_parameters())
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join(timeout=60)
+        self._fail(RuntimeError("the generation engine was closed"))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- the worker ---------------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._error is not None:
+            raise RuntimeError("the generation engine failed") from self._error
+        if self._closed:
+            raise RuntimeError("the generation engine is closed")
+
+    @torch.inference_mode()
+    def _run(self) -> None:
+        try:
+            if self.device.type == "cuda" and self.device.index is not None:
+                torch.cuda.set_device(self.device)
+            while True:
+                with self._cv:
+                    while not (self._closed or self._waiting or self._weights or self._active):
+                        self._cv.wait()
+                    if self._closed:
+                        return
+                    weights, self._weights = self._weights, []
+                    admit = self._taken = []
+                    if self.plain_reason is None:
+                        while self._waiting and len(admit) < len(self._free):
+                            admit.append(self._waiting.popleft())
+                for pending in weights:
+                    self._apply(pending)
+                if self.plain_reason is not None:
+                    self._plain_call()
+                    continue
+                if admit:
+                    self._admit(admit)
+                if self._active:
+                    self._decode_chunk()
+        except BaseException as error:  # the worker must never die silently: every waiting caller hears of it
+            self._fail(error)
+
+    def _apply(self, pending: _Pending) -> None:
+        with torch.no_grad():
+            for param, tensor in pending.pairs:
+                param.copy_(tensor)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream().synchronize()  # the caller may reuse its buffers once we return
+        pending.applied.set()
+
+    def _admit(self, rows: list[_Row]) -> None:
+        """Prefill `rows` into free slots, in packed groups of at most prefill_tokens prompt tokens."""
+        group, tokens = [], 0
+        for row in rows + [None]:
+            if row is None or (group and tokens + len(row.prompt) > self.knobs.prefill_tokens):
+                self.runner.prefill(group)
+                self.stats["prefills"] += 1
+                group, tokens = [], 0
+            if row is None:
+                break
+            row.slot, row.generated = self._free.pop(), 1
+            self._active[row.slot] = row
+            s = row.request.sampling
+            group.append(Admit(row.slot, row.prompt, row_key(row.request.seed, row.index), s.temperature, s.top_p,
+                               s.max_new_tokens))
+            tokens += len(row.prompt)
+        self.stats["admitted"] += len(rows)
+
+    def _decode_chunk(self) -> None:
+        slots = sorted(self._active)
+        left = max(self._active[s].request.sampling.max_new_tokens - self._active[s].generated for s in slots)
+        steps = min(self.sync_every, left)
+        if steps > 0:
+            self.runner.decode(slots, steps)
+            self.stats["decode_steps"] += steps
+        self.stats["polls"] += 1
+        finished = []
+        for s, (done, generated) in zip(slots, self.runner.poll(slots)):
+            self._active[s].generated = generated
+            if done:
+                finished.append(s)
+        if not finished:
+            return
+        lengths = [self._active[s].generated for s in finished]
+        for s, (tokens, logprobs) in zip(finished, self.runner.collect(finished, lengths)):
+            row = self._active.pop(s)
+            self._free.append(s)
+            reason = "eos" if tokens[-1] in self.eos_ids else "length"
+            self._deliver(row, Generation(tokens, logprobs, reason))
+
+    def _plain_call(self) -> None:
+        """Models the decoder does not cover: the head call's rows in one eager batch (no continuous batching)."""
+        from forge_exp.models.generate import generate
+
+        with self._cv:
+            if not self._waiting:
+                return
+            request = self._waiting[0].request
+            rows = self._taken = []
+            while self._waiting and self._waiting[0].request is request:
+                rows.append(self._waiting.popleft())
+        s = request.sampling
+        outs = generate(self.model, [r.prompt for r in rows], max_new_tokens=s.max_new_tokens,
+                        temperature=s.temperature, top_p=s.top_p, eos_id=self.eos_ids or [-1], pad_id=self.pad_id,
+                        seed=request.seed)
+        for row, out in zip(rows, outs):
+            self._deliver(row, out)
+
+    def _deliver(self, row: _Row, generation: Generation) -> None:
+        request = row.request
+        request.results[row.index] = generation
+        request.remaining -= 1
+        if request.remaining == 0:
+            request.settle(request.results, None)
+
+    def _fail(self, error: BaseException) -> None:
+        with self._cv:
+            if not self._closed:
+                self._error = error
+            rows = [*self._waiting, *self._taken, *self._active.values()]
+            requests = {id(r.request): r.request for r in rows if r.request.remaining > 0}
+            self._waiting.clear()
+            self._taken = []
+            self._active.clear()
+            weights, self._weights = self._weights, []
+        for request in requests.values():
+            request.settle(None, error)
+        for pending in weights:
+            pending.applied.set()
+
+
+def _default_eos(model, tokenizer) -> tuple[int, ...]:
+    ids = set()
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if eos is None:
+        eos = model.config.eos_token_id
+    ids.update([eos] if isinstance(eos, int) else (eos or []))
+    return tuple(sorted(ids))
+
+
+def _kernels(device: torch.device):
+    """The fused steps for this device: Triton kernels on GPU when Triton is there, else the torch ops."""
+    if device.type == "cuda":
+        try:
+            from forge_exp.generators import triton_ops
+
+            return triton_ops
+        except ImportError:
+            pass
+    from forge_exp.generators import ops
+
+    return ops

@@ -1,0 +1,168 @@
+"""The device side of the native engine: per-slot sampling state, prefill, and decode steps (CUDA graphs on GPU).
+
+Everything a decode step needs lives in device tensors indexed by slot — the last token, its position, how many
+tokens the slot has drawn, whether it is done, its sampling parameters and noise key, and its output so far — so k
+steps run back to back with no host sync; the host looks (`poll`) only between chunks of steps. A step over a batch
+of B slots is one function of a static slot-id buffer, captured once per (batch bucket, top-p on/off) as a CUDA
+graph; padding rows of a bucket point at the scratch slot, which is always done and so never changes state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from forge_exp.generators.decoder import StaticDecoder
+from forge_exp.models.sampling import sample
+
+
+@dataclass
+class Admit:
+    """One sequence to start in a slot."""
+
+    slot: int
+    prompt: list[int]
+    key: int  # sampling.row_key of the row
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+
+
+def buckets(slots: int) -> list[int]:
+    """Batch sizes that get their own graph: powers of two below `slots`, and `slots`."""
+    sizes, b = [], 1
+    while b < slots:
+        sizes.append(b)
+        b *= 2
+    return sizes + [slots]
+
+
+class DecodeRunner:
+    def __init__(self, decoder: StaticDecoder, *, slots: int, max_len: int, eos_ids: tuple[int, ...],
+                 cuda_graphs: bool) -> None:
+        self.decoder = decoder
+        self.slots, self.max_len, self.scratch = slots, max_len, slots
+        device = decoder.embed.device
+        self.device = device
+
+        def zeros(*shape, dtype=torch.long):
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        n = slots + 1
+        self.tok, self.pos, self.step, self.max_new, self.key = (zeros(n) for _ in range(5))
+        self.done = torch.ones(n, dtype=torch.bool, device=device)  # the scratch slot stays done forever
+        self.temp = zeros(n, dtype=torch.float32)
+        self.top_p = torch.ones(n, dtype=torch.float32, device=device)
+        self.out_tok = zeros(n, max_len)  # [S + 1, max_len] tokens drawn by each slot
+        self.out_lp = zeros(n, max_len, dtype=torch.float32)
+        self.eos = torch.tensor(list(eos_ids) or [-1], dtype=torch.long, device=device)
+        self.top_p_host = [1.0] * n
+        self.pos_host = [0] * n  # upper bound on each slot's position: the eager path reads only that much cache
+        self.prefill_tokens = 0  # prompt tokens run through the model (repeats of a prompt are copied, not run)
+        self.cuda_graphs = cuda_graphs and device.type == "cuda"
+        self._buckets = buckets(slots)
+        self._graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
+        self._ids: dict[int, torch.Tensor] = {}  # static slot-id buffer per bucket
+        self._pool = None
+
+    def _record(self, logits: torch.Tensor, idx: torch.Tensor, truncate: bool) -> None:
+        """Draw the next token of rows `idx` [B] from logits [B, V] and advance the live ones (device only)."""
+        step, live = self.step[idx], ~self.done[idx]
+        new, lp = sample(logits, self.temp[idx], self.top_p[idx], self.key[idx], step, truncate)
+        col = step.clamp(max=self.max_len - 1)
+        self.out_tok[idx, col] = torch.where(live, new, self.out_tok[idx, col])
+        self.out_lp[idx, col] = torch.where(live, lp, self.out_lp[idx, col])
+        stop = (new[:, None] == self.eos).any(-1) | (step + 1 >= self.max_new[idx])
+        self.done[idx] = ~live | stop
+        advance = live.long()
+        self.step[idx] = step + advance
+        self.pos[idx] = self.pos[idx] + advance  # the new token's position (a done row stays where it stopped)
+        self.tok[idx] = torch.where(live, new, self.tok[idx])
+
+    def _step(self, idx: torch.Tensor, truncate: bool, kv_len: int | None, first_slot: int | None = None) -> None:
+        logits = self.decoder.decode(self.tok[idx], idx, self.pos[idx], kv_len, first_slot)
+        self._record(logits, idx, truncate)
+
+    def prefill(self, rows: list[Admit]) -> None:
+        """Write the prompts' K/V into their slots (one forward over the distinct prompts) and draw each row's
+        first token."""
+        dev = self.device
+        idx = torch.tensor([r.slot for r in rows], device=dev)
+        lens = [len(r.prompt) for r in rows]
+        self.temp[idx] = torch.tensor([r.temperature for r in rows], device=dev)
+        self.top_p[idx] = torch.tensor([r.top_p for r in rows], device=dev)
+        self.key[idx] = torch.tensor([r.key for r in rows], device=dev)
+        self.max_new[idx] = torch.tensor([r.max_new_tokens for r in rows], device=dev)
+        self.pos[idx] = torch.tensor(lens, device=dev) - 1  # _record moves it to the first new token's position
+        self.step[idx] = 0
+        self.done[idx] = False
+        # Each distinct prompt is prefilled once — the n samples of a prompt share it — and its K/V copied to the
+        # slots of its repeats; they all draw their first token from its logits (with their own keys).
+        first: dict[tuple[int, ...], int] = {}  # prompt -> index of its first row in the prefill batch
+        distinct = []
+        for r in rows:
+            if tuple(r.prompt) not in first:
+                first[tuple(r.prompt)] = len(distinct)
+                distinct.append(r)
+        heads = torch.tensor([r.slot for r in distinct], device=dev)
+        logits = self.decoder.prefill([r.prompt for r in distinct], heads)  # [distinct, V]
+        src = [first[tuple(r.prompt)] for r in rows]
+        self.decoder.copy_prefix([(distinct[j].slot, r.slot, len(r.prompt)) for j, r in zip(src, rows)
+                                  if distinct[j].slot != r.slot])
+        self.prefill_tokens += sum(len(r.prompt) for r in distinct)
+        logits = logits[torch.tensor(src, device=dev)] if len(distinct) < len(rows) else logits
+        for r, n in zip(rows, lens):
+            self.top_p_host[r.slot] = r.top_p
+            self.pos_host[r.slot] = n
+        self._record(logits, idx, truncate=any(r.top_p < 1 for r in rows))
+
+    def decode(self, slots: list[int], steps: int) -> None:
+        """`steps` decode steps over `slots`, queued back to back (no host sync on GPU)."""
+        truncate = any(self.top_p_host[s] < 1 for s in slots)
+        if self.cuda_graphs:
+            size = next(b for b in self._buckets if b >= len(slots))
+            graph = self._graph(size, truncate)  # capture first: it fills the id buffer with the scratch slot
+            ids = torch.tensor(slots + [self.scratch] * (size - len(slots)))
+            self._ids[size].copy_(ids)
+            for _ in range(steps):
+                graph.replay()
+        else:
+            idx = torch.tensor(slots, device=self.device)
+            bound = max(self.pos_host[s] for s in slots) + 1
+            contiguous = slots == list(range(slots[0], slots[0] + len(slots)))
+            for i in range(steps):
+                self._step(idx, truncate, min(bound + i, self.max_len), slots[0] if contiguous else None)
+        for s in slots:
+            self.pos_host[s] = min(self.pos_host[s] + steps, self.max_len - 1)
+
+    def _graph(self, size: int, truncate: bool) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get((size, truncate))
+        if graph is not None:
+            return graph
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        ids = self._ids.setdefault(size, torch.empty(size, dtype=torch.long, device=self.device))
+        ids.fill_(self.scratch)  # warm-up and capture rows all sit on the scratch slot: no state changes
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up: Triton compiles, cuBLAS picks its kernels, the allocator settles
+            self._step(ids, truncate, None)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            self._step(ids, truncate, None)
+        self._graphs[(size, truncate)] = graph
+        return graph
+
+    def poll(self, slots: list[int]) -> list[tuple[bool, int]]:
+        """(done, tokens drawn) of each slot: the one host sync between chunks."""
+        idx = torch.tensor(slots, device=self.device)
+        done, step = torch.stack([self.done[idx].long(), self.step[idx]]).tolist()
+        return [(bool(d), s) for d, s in zip(done, step)]
+
+    def collect(self, slots: list[int], lengths: list[int]) -> list[tuple[list[int], list[float]]]:
+        idx = torch.tensor(slots, device=self.device)
+        width = max(lengths)
+        tokens, logprobs = self.out_tok[idx, :width].tolist(), self.out_lp[idx, :width].tolist()
+        return [(t[:n], lp[:n]) for t, lp, n in zip(tokens, logprobs, lengths)]

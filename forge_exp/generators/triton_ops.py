@@ -1,0 +1,223 @@
+"""Triton kernels for the decoder's fused steps: the same functions and signatures as `ops.py`, one launch each.
+
+Why: a decode step at batch 32 is a few MB of activations against GBs of weights and KV cache, so the eager step's
+~30 small kernels per layer cost more in launches than in bytes. Fused, a layer is two norms, one rotary/cache-write
+kernel, split-KV attention (two launches) and four GEMMs. Attention reads only each row's live cache positions
+(`lengths`), so a batch whose rows sit at different positions (continuous batching) costs what its rows hold.
+
+Loops have compile-time bounds and masked tails (no data-dependent control flow), which keeps the kernels
+capturable in CUDA graphs and runnable under TRITON_INTERPRET=1 on a CPU for tests.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Attention splits the cache into chunks of SPLIT positions, one program each; chunks past a row's length do no
+# loads. 128 positions x 256 B x (K, V) = 64 KB per program keeps thousands of programs in flight at batch 32.
+SPLIT = 128
+BLOCK_N = 64
+PACKED_PREFILL = True  # prefill takes prompts packed, no padding: each token is a row of `attention`
+SLOT_WINDOW = False  # attention indexes the cache by slot id itself
+
+
+@triton.jit
+def _add_rms_norm_kernel(X, R, W, Y, H, stride_x, stride_r, stride_y, stride_h, eps,
+                         N: tl.constexpr, BLOCK: tl.constexpr, HAS_RES: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < N
+    x = tl.load(X + row * stride_x + offs, mask=m, other=0.0)
+    if HAS_RES:
+        r = tl.load(R + row * stride_r + offs, mask=m, other=0.0)
+        x = (r.to(tl.float32) + x.to(tl.float32)).to(x.dtype)  # the residual stream stays in the model dtype
+        tl.store(H + row * stride_h + offs, x, mask=m)
+    xf = x.to(tl.float32)
+    normed = (xf * tl.rsqrt(tl.sum(xf * xf, 0) / N + eps)).to(x.dtype).to(tl.float32)
+    w = tl.load(W + offs, mask=m, other=0.0).to(tl.float32)
+    tl.store(Y + row * stride_y + offs, (w * normed).to(Y.dtype.element_ty), mask=m)
+
+
+def add_rms_norm(x, residual, weight, eps):
+    n, hidden = x.shape
+    y = torch.empty_like(x)
+    h = x if residual is None else torch.empty_like(x)
+    r = x if residual is None else residual
+    _add_rms_norm_kernel[(n,)](x, r, weight, y, h, x.stride(0), r.stride(0), y.stride(0), h.stride(0), eps,
+                               N=hidden, BLOCK=triton.next_power_of_2(hidden), HAS_RES=residual is not None,
+                               num_warps=8 if hidden >= 2048 else 4)
+    return y, h
+
+
+@triton.jit
+def _qk_rope_store_kernel(QKV, QKW, COS, SIN, POS, SLOT, QOUT, KC, VC,
+                          stride_qkv, stride_qo_n, stride_qo_h, stride_cos,
+                          stride_cs, stride_cl, stride_ch, eps,
+                          HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HAS_NORM: tl.constexpr):
+    # One program per (row, head) over the q and k heads; a k head's program also moves its v head.
+    n = tl.program_id(0)
+    h = tl.program_id(1)
+    is_k = h >= HQ
+    is_q = h < HQ
+    hk = tl.maximum(h - HQ, 0)
+    half: tl.constexpr = D // 2
+    o = tl.arange(0, half)
+    pos = tl.load(POS + n)
+    slot = tl.load(SLOT + n)
+    base = QKV + n * stride_qkv + h * D
+    x1 = tl.load(base + o)
+    x2 = tl.load(base + half + o)
+    dtype = x1.dtype
+    x1 = x1.to(tl.float32)
+    x2 = x2.to(tl.float32)
+    if HAS_NORM:
+        inv = tl.rsqrt((tl.sum(x1 * x1, 0) + tl.sum(x2 * x2, 0)) / D + eps)
+        wbase = QKW + is_k.to(tl.int32) * D
+        x1 = tl.load(wbase + o).to(tl.float32) * (x1 * inv).to(dtype).to(tl.float32)
+        x2 = tl.load(wbase + half + o).to(tl.float32) * (x2 * inv).to(dtype).to(tl.float32)
+        x1 = x1.to(dtype).to(tl.float32)
+        x2 = x2.to(dtype).to(tl.float32)
+    c1 = tl.load(COS + n * stride_cos + o).to(tl.float32)
+    c2 = tl.load(COS + n * stride_cos + half + o).to(tl.float32)
+    s1 = tl.load(SIN + n * stride_cos + o).to(tl.float32)
+    s2 = tl.load(SIN + n * stride_cos + half + o).to(tl.float32)
+    y1 = (x1 * c1 - x2 * s1).to(dtype)
+    y2 = (x2 * c2 + x1 * s2).to(dtype)
+    qo = QOUT + n * stride_qo_n + tl.minimum(h, HQ - 1) * stride_qo_h
+    tl.store(qo + o, y1, mask=(o < half) & is_q)
+    tl.store(qo + half + o, y2, mask=(o < half) & is_q)
+    ko = KC + slot * stride_cs + pos * stride_cl + hk * stride_ch
+    tl.store(ko + o, y1, mask=(o < half) & is_k)
+    tl.store(ko + half + o, y2, mask=(o < half) & is_k)
+    vi = QKV + n * stride_qkv + (HQ + HKV + hk) * D
+    vo = VC + slot * stride_cs + pos * stride_cl + hk * stride_ch
+    v1 = tl.load(vi + o, mask=(o < half) & is_k, other=0.0)
+    v2 = tl.load(vi + half + o, mask=(o < half) & is_k, other=0.0)
+    tl.store(vo + o, v1, mask=(o < half) & is_k)
+    tl.store(vo + half + o, v2, mask=(o < half) & is_k)
+
+
+def qk_rope_store(qkv, qk_norm, eps, cos, sin, positions, slots, k_cache, v_cache, num_heads):
+    n = qkv.shape[0]
+    kv_heads, d = k_cache.shape[1], k_cache.shape[3]
+    assert k_cache.stride() == v_cache.stride() and qkv.stride(1) == 1 and cos.stride() == sin.stride()
+    q = torch.empty((n, num_heads, d), dtype=qkv.dtype, device=qkv.device)
+    norm = qk_norm if qk_norm is not None else qkv  # unused pointer when HAS_NORM is False
+    _qk_rope_store_kernel[(n, num_heads + kv_heads)](
+        qkv, norm, cos, sin, positions, slots, q, k_cache, v_cache,
+        qkv.stride(0), q.stride(0), q.stride(1), cos.stride(0),
+        k_cache.stride(0), k_cache.stride(2), k_cache.stride(1), eps,
+        HQ=num_heads, HKV=kv_heads, D=d, HAS_NORM=qk_norm is not None, num_warps=1)
+    return q
+
+
+@triton.jit
+def _attn_split_kernel(Q, KC, VC, SLOT, LENS, OP, LSE,
+                       stride_qn, stride_qh, stride_cs, stride_cl, stride_ch,
+                       stride_on, stride_oh, stride_os, stride_ln, stride_lh, scale,
+                       G: tl.constexpr, BG: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
+                       CHUNK: tl.constexpr, IEEE: tl.constexpr):
+    # Program (row, kv head, chunk): the G query heads of one kv head against one chunk of the row's cache.
+    n = tl.program_id(0)
+    hk = tl.program_id(1)
+    sp = tl.program_id(2)
+    slot = tl.load(SLOT + n)
+    length = tl.load(LENS + n)
+    og = tl.arange(0, BG)
+    od = tl.arange(0, D)
+    gm = og < G
+    heads = hk * G + og
+    q = tl.load(Q + n * stride_qn + heads[:, None] * stride_qh + od[None, :], mask=gm[:, None], other=0.0)
+    m_i = tl.full([BG], float("-inf"), tl.float32)
+    l_i = tl.zeros([BG], tl.float32)
+    acc = tl.zeros([BG, D], tl.float32)
+    cache = slot * stride_cs + hk * stride_ch
+    for i in range(CHUNK // BN):
+        offs = sp * CHUNK + i * BN + tl.arange(0, BN)
+        live = offs < length
+        k = tl.load(KC + cache + offs[:, None] * stride_cl + od[None, :], mask=live[:, None], other=0.0)
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(live[None, :], s * scale, float("-inf"))  # [BG, BN]
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # an all-dead block must not make NaNs
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(VC + cache + offs[:, None] * stride_cl + od[None, :], mask=live[:, None], other=0.0)
+        if IEEE:
+            pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    has = l_i > 0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(OP + n * stride_on + heads[:, None] * stride_oh + sp * stride_os + od[None, :], out, mask=gm[:, None])
+    tl.store(LSE + n * stride_ln + heads * stride_lh + sp, lse, mask=gm)
+
+
+@triton.jit
+def _attn_combine_kernel(OP, LSE, OUT, stride_on, stride_oh, stride_os, stride_ln, stride_lh,
+                         stride_outn, stride_outh, NS: tl.constexpr, BS: tl.constexpr, D: tl.constexpr):
+    n = tl.program_id(0)
+    h = tl.program_id(1)
+    os_ = tl.arange(0, BS)
+    od = tl.arange(0, D)
+    sm = os_ < NS
+    lse = tl.load(LSE + n * stride_ln + h * stride_lh + os_, mask=sm, other=float("-inf"))
+    w = tl.exp(lse - tl.max(lse, 0))  # chunk 0 always holds the current token, so the max is finite
+    o = tl.load(OP + n * stride_on + h * stride_oh + os_[:, None] * stride_os + od[None, :], mask=sm[:, None],
+                other=0.0)
+    out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    tl.store(OUT + n * stride_outn + h * stride_outh + od, out.to(OUT.dtype.element_ty))
+
+
+def attention(q, k_cache, v_cache, slots, lengths, kv_len, scale):
+    n, num_heads, d = q.shape
+    kv_heads = k_cache.shape[1]
+    group = num_heads // kv_heads
+    # Chunks to launch: all of the cache unless the host bounds the lengths (eager prefill); a CUDA graph passes
+    # None and so keeps one static grid, with dead chunks exiting after their masked loads.
+    chunks = triton.cdiv(kv_len if kv_len is not None else k_cache.shape[2], SPLIT)
+    partial = torch.empty((n, num_heads, chunks, d), dtype=torch.float32, device=q.device)
+    lse = torch.empty((n, num_heads, chunks), dtype=torch.float32, device=q.device)
+    ieee = q.dtype == torch.float32
+    _attn_split_kernel[(n, kv_heads, chunks)](
+        q, k_cache, v_cache, slots, lengths, partial, lse,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(2), k_cache.stride(1),
+        partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1), scale,
+        G=group, BG=max(16, triton.next_power_of_2(group)), D=d, BN=BLOCK_N, CHUNK=SPLIT, IEEE=ieee,
+        num_warps=4)
+    out = torch.empty_like(q)
+    _attn_combine_kernel[(n, num_heads)](
+        partial, lse, out, partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
+        out.stride(0), out.stride(1), NS=chunks, BS=max(2, triton.next_power_of_2(chunks)), D=d, num_warps=4)
+    return out
+
+
+@triton.jit
+def _silu_mul_kernel(GU, OUT, stride_gu, stride_o, I: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < I
+    g = tl.load(GU + row * stride_gu + offs, mask=m, other=0.0)
+    u = tl.load(GU + row * stride_gu + I + offs, mask=m, other=0.0).to(tl.float32)
+    gf = g.to(tl.float32)
+    act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype).to(tl.float32)  # silu rounds to the model dtype, as in HF
+    tl.store(OUT + row * stride_o + offs, (act * u).to(g.dtype), mask=m)
+
+
+def silu_mul(gate_up):
+    n, two_i = gate_up.shape
+    inter = two_i // 2
+    out = torch.empty((n, inter), dtype=gate_up.dtype, device=gate_up.device)
+    block = 1024
+    _silu_mul_kernel[(n, triton.cdiv(inter, block))](gate_up, out, gate_up.stride(0), out.stride(0), I=inter,
+                                                      BLOCK=block, num_warps=4)
+    return out

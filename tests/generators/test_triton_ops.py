@@ -1,0 +1,88 @@
+"""The Triton kernels against the torch ops they replace (float32); skipped where triton is not installed.
+
+Without a GPU they run under Triton's interpreter, which must be switched on (TRITON_INTERPRET=1) before triton is
+first imported — and torch may have imported it already — so there this file re-runs itself in a fresh process.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from forge_exp.generators import ops, triton_ops  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+HERE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+kernel_test = pytest.mark.skipif(not HERE, reason="runs in the process test_under_the_interpreter starts")
+
+
+@pytest.mark.skipif(HERE, reason="this process already runs the kernels")
+def test_under_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider", __file__],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+def rel(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.fixture
+def g():
+    return torch.Generator(device=DEVICE).manual_seed(0)
+
+
+def randn(g, *shape):
+    return torch.randn(*shape, generator=g, device=DEVICE)
+
+
+@kernel_test
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_add_rms_norm(g, with_residual):
+    x, r, w = randn(g, 5, 96), randn(g, 5, 96), randn(g, 96)
+    res = r if with_residual else None
+    (y, h), (y0, h0) = triton_ops.add_rms_norm(x, res, w, 1e-6), ops.add_rms_norm(x, res, w, 1e-6)
+    assert rel(y, y0) < 1e-6 and torch.equal(h, h0)
+
+
+@kernel_test
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_qk_rope_store_writes_the_cache_where_the_torch_op_does(g, qk_norm):
+    n, hq, hkv, d, slots, length = 6, 4, 2, 32, 3, 40
+    qkv, norm = randn(g, n, (hq + 2 * hkv) * d), randn(g, 2 * d) if qk_norm else None
+    cos, sin = randn(g, n, d), randn(g, n, d)
+    positions = torch.tensor([0, 7, 39, 12, 7, 3], device=DEVICE)
+    slot_ids = torch.tensor([0, 1, 2, 1, 3, 3], device=DEVICE)
+    caches = [randn(g, slots + 1, hkv, length, d) for _ in range(2)]
+    ours = [c.clone() for c in caches]
+    q = triton_ops.qk_rope_store(qkv, norm, 1e-6, cos, sin, positions, slot_ids, *ours, hq)
+    q0 = ops.qk_rope_store(qkv, norm, 1e-6, cos, sin, positions, slot_ids, *caches, hq)
+    assert rel(q, q0) < 1e-6
+    for c, c0 in zip(ours, caches):  # every written entry matches and nothing else moved
+        assert (c - c0).abs().max() < 1e-5
+
+
+@kernel_test
+def test_attention_reads_each_rows_live_prefix(g):
+    n, hq, hkv, d, slots, length = 5, 4, 2, 16, 3, 300  # 300 positions: three chunks of 128, the last partial
+    q = randn(g, n, hq, d)
+    k, v = randn(g, slots + 1, hkv, length, d), randn(g, slots + 1, hkv, length, d)
+    slot_ids = torch.tensor([0, 1, 2, 1, 3], device=DEVICE)
+    lengths = torch.tensor([1, 6, 300, 129, 128], device=DEVICE)
+    want = ops.attention(q, k, v, slot_ids, lengths, None, d**-0.5)
+    assert rel(triton_ops.attention(q, k, v, slot_ids, lengths, None, d**-0.5), want) < 1e-5
+    assert rel(triton_ops.attention(q, k, v, slot_ids, lengths, 300, d**-0.5), want) < 1e-5
+    k[0, :, 1:] = float("nan")  # past row 0's length: never read
+    assert torch.isfinite(triton_ops.attention(q, k, v, slot_ids, lengths, None, d**-0.5)[0]).all()
+
+
+@kernel_test
+def test_silu_mul(g):
+    gu = randn(g, 3, 2 * 1500)  # two blocks of 1024, the second partial
+    assert rel(triton_ops.silu_mul(gu), ops.silu_mul(gu)) < 1e-6

@@ -74,6 +74,7 @@ class VllmEngine:
             raise ImportError(f"{INSTALL_HINT} ({e})") from e
         from forge_exp.models.hf import load_tokenizer
 
+        self._check_device(device)
         self._tmp: str | None = None
         path = self._model_dir(model)
         self.tokenizer = load_tokenizer(path)
@@ -114,11 +115,10 @@ class VllmEngine:
         tokenizer.save_pretrained(self._tmp)
         return self._tmp
 
-    def _engine_args(self, path: str, model: ModelConfig, device: str, seed: int):
-        from vllm.engine.arg_utils import AsyncEngineArgs
+    def _check_device(self, device: str) -> None:
+        """Fail before anything starts when the device cannot work with this vLLM build and these knobs."""
         from vllm.platforms import current_platform
 
-        o = self.options
         kind = torch.device(device).type
         if kind != current_platform.device_type:
             raise ValueError(
@@ -130,11 +130,16 @@ class VllmEngine:
                 f"generator device {device!r}: vLLM puts its workers on the visible GPUs from index 0; choose the GPUs "
                 f"with CUDA_VISIBLE_DEVICES (the services placement) instead of an index"
             )
-        on_cpu = kind == "cpu"
-        if on_cpu and o.enable_sleep_mode:
+        if kind == "cpu" and self.options.enable_sleep_mode:
             raise ValueError(
                 "generator.enable_sleep_mode=true needs a GPU: vLLM's CPU build has no sleep mode; set it to false"
             )
+
+    def _engine_args(self, path: str, model: ModelConfig, device: str, seed: int):
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        o = self.options
+        on_cpu = torch.device(device).type == "cpu"
         if on_cpu and o.tensor_parallel_size > 1:
             _bind_cpu_ranks(o.tensor_parallel_size)
         kv_gib = o.kv_cache_gib if o.kv_cache_gib is not None else (CPU_KV_CACHE_GIB if on_cpu else None)
@@ -178,6 +183,8 @@ class VllmEngine:
 
     async def generate_versioned(self, prompts: list[list[int]], sampling: Sampling) -> list[list[Versioned]]:
         """As `generate`, each generation with the weight-version spans of its tokens."""
+        if self._engine is None:
+            raise RuntimeError("this vLLM engine is closed")
         params = self._params(sampling)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token (encode with a <bos> token)")
@@ -241,7 +248,8 @@ class VllmEngine:
     # ---- weights ------------------------------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> int:
         """Apply new weights (HF names, e.g. the trainer's `state_dict().items()`) without restarting; requests in
-        flight are kept (generator.inflight_update). Returns the new version: `version`, or the current one + 1."""
+        flight are kept (generator.inflight_update). Returns the new version: `version`, or the current one + 1.
+        Blocks until the new weights serve; from async code, `await asyncio.to_thread(engine.load_weights, ...)`."""
         with self._update_lock:
             new = self.version + 1 if version is None else int(version)
             # packed before the pause, so requests in flight wait only for the reload itself
@@ -265,8 +273,9 @@ class VllmEngine:
     # ---- memory (colocated layout) ------------------------------------------------------------------------------
     def sleep(self, level: int = 1) -> None:
         """Free the engine's GPU memory while a colocated trainer runs: level 1 offloads the weights to CPU and drops
-        the KV cache; level 2 drops the weights too (the next `load_weights` must then come before `wake_up`
-        returns it to service). Requests in flight wait. Needs generator.enable_sleep_mode."""
+        the KV cache; level 2 drops the weights too, so call `load_weights` right after `wake_up`, before any
+        request is sent (requests kept from before the sleep would resume on garbage: drain them first). Needs
+        generator.enable_sleep_mode; not tested here (vLLM's CPU build has no sleep mode)."""
         if not self.options.enable_sleep_mode:
             raise ValueError("sleep() needs generator.enable_sleep_mode=true (set when the engine starts)")
         self._run(self._engine.sleep(level, mode="keep"))

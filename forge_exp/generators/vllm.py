@@ -192,7 +192,8 @@ class VllmEngine:
         future = asyncio.run_coroutine_threadsafe(_gather(work), self._loop)
         rows = await asyncio.wrap_future(future)
         if sampling.temperature == 0 and sampling.n > 1:
-            rows = [[row[0]] * sampling.n for row in rows]  # the one greedy request per prompt (see _params)
+            # the one greedy request per prompt (see _params), copied: callers may edit one sample's lists
+            rows = [[_copy(row[0]) for _ in range(sampling.n)] for row in rows]
         return rows
 
     def _params(self, sampling: Sampling):
@@ -302,6 +303,11 @@ class VllmEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _copy(v: Versioned) -> Versioned:
+    g = v.generation
+    return Versioned(Generation(list(g.token_ids), list(g.logprobs), g.stop_reason), v.spans)
 
 
 async def _gather(work):

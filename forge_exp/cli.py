@@ -63,7 +63,7 @@ def run(cfg: DictConfig) -> float | None:
 
     from forge_exp.apps import run_app  # imports monarch: only after the config is known to be good
     from forge_exp.apps.checkpoint import latest
-    from forge_exp.runtime.layout import needed_services, plan_meshes
+    from forge_exp.runtime.layout import plan_for
     from forge_exp.runtime.services import Runtime
     from forge_exp.tracking.mlflow import Tracker, default_tracking_uri
 
@@ -87,7 +87,7 @@ def run(cfg: DictConfig) -> float | None:
     with tracker:
         tracker.log_params(resolved)
         tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")
-        runtime = Runtime(plan_meshes(config.services, needed_services(config.algorithm.beta)))
+        runtime = Runtime(plan_for(config))
         summary = asyncio.run(_run(run_app, config, runtime, tracker, resume))
         tracker.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=config.steps)
     _print_summary(summary, tracker, time.time() - t0)

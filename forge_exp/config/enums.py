@@ -19,6 +19,7 @@ Advantage = _enum("Advantage", choices.ADVANTAGES)
 TargetFormat = _enum("TargetFormat", choices.TARGET_FORMATS)
 DType = _enum("DType", choices.DTYPES)
 Attention = _enum("Attention", choices.ATTENTION)
+InflightUpdate = _enum("InflightUpdate", choices.INFLIGHT_UPDATES)
 
 
 def plain(value):

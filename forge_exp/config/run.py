@@ -78,6 +78,13 @@ class ForgeConfig:
         if buffer is not None and buffer > self.dataset.max_new_tokens:
             raise FieldError("algorithm.overlong_buffer", f"must be <= dataset.max_new_tokens="
                              f"{self.dataset.max_new_tokens} (DAPO's L_cache within L_max), got {buffer}")
+        if self.services.generator.procs > 1 and not self.generator.drives_workers:
+            raise FieldError("services.generator.procs", f"must be 1 for generator={self.generator.name} (one process "
+                             f"per replica; got {self.services.generator.procs}): add replicas with "
+                             f"services.generator.replicas, or use generator=vllm for tensor parallelism")
+        if self.generator.name == "vllm" and getattr(self.algorithm, "top_p", 1.0) < 1:
+            raise FieldError("algorithm.top_p", f"must be 1 with generator=vllm (got {self.algorithm.top_p}): vLLM "
+                             f"returns the truncated distribution's logprobs, which the trainer does not recompute")
         if self.services.trainer.procs > 1:
             raise FieldError("services.trainer.procs", f"must be 1 for trainer={self.trainer.name}, which runs one "
                              f"process (got {self.services.trainer.procs}); more processes need a sharded trainer")

@@ -41,7 +41,7 @@ class ServicesConfig:
             if getattr(self, name).replicas != 1:
                 raise FieldError(f"{name}.replicas", "must be 1 (only generator and reward replicate)")
         for name in SERVICES:
-            if name != "trainer" and getattr(self, name).procs != 1:
+            if name not in ("trainer", "generator") and getattr(self, name).procs != 1:
                 # a generator replica is one process today; a tensor-parallel generator (vLLM) would take more
                 raise FieldError(f"{name}.procs", f"must be 1: one process per replica (scale {name} with "
                                                   f"services.{name}.replicas where it replicates)")

@@ -22,6 +22,12 @@ class MeshPlan:
     threads: int
     first_gpu: int = 0
     devices: list[list[str]] = field(default_factory=list)  # [replica][proc] -> "cpu" | "cuda:N"
+    # processes started per replica: `procs`, or 1 when that one process drives all of its replica's devices itself
+    # (vLLM's tensor-parallel workers); the actor still receives every device of its replica
+    spawn_procs: int = 0
+
+    def __post_init__(self) -> None:
+        self.spawn_procs = self.spawn_procs or self.procs
 
     @property
     def num_gpus(self) -> int:
@@ -33,9 +39,11 @@ def needed_services(beta: float) -> set[str]:
     return set(GPU_ORDER) - ({"ref_model"} if beta == 0 else set())
 
 
-def plan_meshes(services: ServicesConfig, needed: set[str] | None = None) -> dict[str, MeshPlan]:
+def plan_meshes(services: ServicesConfig, needed: set[str] | None = None,
+                drives_workers: frozenset[str] = frozenset()) -> dict[str, MeshPlan]:
     """Group services into proc meshes and assign devices. `needed` leaves out services that this run does not
-    use (the reference model when beta == 0)."""
+    use (the reference model when beta == 0); a service in `drives_workers` gets one process per replica that is
+    handed all its replica's devices (its engine starts its own workers)."""
     needed = set(GPU_ORDER) if needed is None else needed
     meshes: dict[str, MeshPlan] = {}
     for name in GPU_ORDER:
@@ -45,7 +53,8 @@ def plan_meshes(services: ServicesConfig, needed: set[str] | None = None) -> dic
         mesh_name = spec.mesh or name
         plan = meshes.get(mesh_name)
         if plan is None:
-            meshes[mesh_name] = MeshPlan(mesh_name, [name], spec.replicas, spec.procs, spec.gpus, spec.threads)
+            meshes[mesh_name] = MeshPlan(mesh_name, [name], spec.replicas, spec.procs, spec.gpus, spec.threads,
+                                         spawn_procs=1 if name in drives_workers else spec.procs)
             continue
         for key in ("replicas", "procs", "gpus"):
             if getattr(spec, key) != getattr(plan, key):
@@ -67,6 +76,12 @@ def plan_meshes(services: ServicesConfig, needed: set[str] | None = None) -> dic
         ]
         next_gpu += plan.num_gpus
     return meshes
+
+
+def plan_for(config) -> dict[str, MeshPlan]:
+    """The meshes of a run: its services layout, the services it uses, and which engines drive their own workers."""
+    drives = frozenset({"generator"}) if getattr(config.generator, "drives_workers", False) else frozenset()
+    return plan_meshes(config.services, needed_services(config.algorithm.beta), drives)
 
 
 def gpus_needed(meshes: dict[str, MeshPlan]) -> int:

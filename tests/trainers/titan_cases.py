@@ -127,22 +127,22 @@ def parity_job(checkpoint: str, batches: str, parallelism: str, grad_accum: int)
     return train_and_record(trainer, torch.load(batches, weights_only=False), grad_accum)
 
 
-def save_job(checkpoint: str, batches: str, parallelism: str, out_dir: str, hf_dir: str) -> dict:
-    """Train one step, save DCP (and HF), then train one more: the second step's result is what a resumed run
-    must reproduce."""
+def save_job(checkpoint: str, batches: str, parallelism: str, out_dir: str, hf_dir: str, grad_accum: int) -> dict:
+    """Save the loaded weights in HF format (the round trip), train one step, save DCP, train one more: the second
+    step's result is what a resumed run must reproduce."""
     from forge_exp.trainers.parallel import degrees
     from forge_exp.trainers.titan import TitanTrainer
 
     trainer = TitanTrainer.from_pretrained(checkpoint, degrees=degrees(parallelism, dist.get_world_size()),
                                            loss=loss_fn(), lr=LR)
     batch_list = torch.load(batches, weights_only=False)
-    train_and_record(trainer, batch_list[:1], 1)
-    trainer.save(out_dir)
     trainer.save_hf(hf_dir)
-    return {"after_resume": train_and_record(trainer, batch_list[1:2], 1)[0], "step": trainer.step}
+    train_and_record(trainer, batch_list[:1], grad_accum)
+    trainer.save(out_dir)
+    return {"after_resume": train_and_record(trainer, batch_list[1:2], grad_accum)[0], "step": trainer.step}
 
 
-def resume_job(checkpoint: str, batches: str, parallelism: str, dcp_dir: str) -> dict:
+def resume_job(checkpoint: str, batches: str, parallelism: str, dcp_dir: str, grad_accum: int) -> dict:
     from forge_exp.trainers.parallel import degrees
     from forge_exp.trainers.titan import TitanTrainer
 
@@ -150,7 +150,7 @@ def resume_job(checkpoint: str, batches: str, parallelism: str, dcp_dir: str) ->
                            lr=LR)
     trainer.load(dcp_dir)
     step = trainer.step
-    return {"after_resume": train_and_record(trainer, torch.load(batches, weights_only=False)[1:2], 1)[0],
+    return {"after_resume": train_and_record(trainer, torch.load(batches, weights_only=False)[1:2], grad_accum)[0],
             "step": step}
 
 

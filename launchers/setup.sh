@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up forge-exp in ./.venv from scratch (idempotent: a second run only checks).
 #   bash launchers/setup.sh          # the package, for running experiments
-#   bash launchers/setup.sh --test   # + test/sweep/notebook extras and the Debian packages the tests start
+#   bash launchers/setup.sh --test   # + test/sweep/notebook/titan extras and the Debian packages the tests start
 #                                    #   (SLURM daemons, munge, Chromium)
 # torch is pinned to the CPU build first, so pip never resolves a multi-GB CUDA build on a CPU-only machine;
 # GPU users install their own torch first and pip keeps it (pyproject only asks torch>=2.6).
@@ -20,7 +20,10 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install -q "$TORCH"
 fi
 if [[ $TEST == 1 ]]; then
-  .venv/bin/python -m pip install -q -e ".[sweep,notebook,test]"
+  # titan: TorchTitan for trainer=titan's tests. The installed torch is pinned (torch==X matches X+cpu), so no
+  # requirement of TorchTitan's can pull another build.
+  HAVE_TORCH="torch==$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])')"
+  .venv/bin/python -m pip install -q -e ".[sweep,notebook,test,titan]" "$HAVE_TORCH"
   if [[ -f launchers/apt-packages.txt ]]; then
     pkgs=$(grep -v '^\s*#' launchers/apt-packages.txt | xargs)
     missing=$(for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done | xargs)

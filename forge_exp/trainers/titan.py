@@ -116,7 +116,8 @@ class TitanTrainer:
         for m in model.modules():  # gradients are summed over data-parallel ranks: the step weights each part
             if isinstance(m, FSDPModule):  # (SUM, not PREMUL_SUM: gloo has no premultiplied sum)
                 m.set_gradient_divide_factor(1.0)
-                m.set_force_sum_reduction_for_comms(True)
+                if hasattr(m, "set_force_sum_reduction_for_comms"):
+                    m.set_force_sum_reduction_for_comms(True)
         model.to_empty(device=self.device)
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []), torch.no_grad():
             torch.manual_seed(seed)

@@ -183,6 +183,9 @@ class NameMap:
     plan: list[tuple[str, list[str]]]  # (clean titan fqn, [hf names])
     hf_shapes: dict[str, tuple[int, ...]]
 
+    def __post_init__(self):
+        self.hf_names = dict(self.plan)  # titan fqn → its HF names
+
     @classmethod
     def build(cls, arch: Arch, model_config: Any, hf_config: dict, titan_names: list[str]) -> "NameMap":
         adapter = _adapter(arch, model_config)
@@ -215,7 +218,7 @@ class NameMap:
 
     def to_hf(self, fqn: str, full: torch.Tensor, qkv_module: nn.Module | None) -> list[tuple[str, torch.Tensor]]:
         """The HF tensors of TorchTitan parameter `fqn`, given its full (unsharded) value."""
-        hf_names = dict(self.plan)[fqn]
+        hf_names = self.hf_names[fqn]
         if qkv_module is not None:
             sd = {"wqkv.weight": full}
             type(qkv_module)._split_qkv_on_save(qkv_module, sd, "", None)
@@ -226,7 +229,7 @@ class NameMap:
 
     def from_hf(self, fqn: str, hf: dict[str, torch.Tensor], qkv_module: nn.Module | None) -> torch.Tensor:
         """The full TorchTitan value of parameter `fqn` from its HF tensors (`hf`: HF name → tensor)."""
-        hf_names = dict(self.plan)[fqn]
+        hf_names = self.hf_names[fqn]
         tensors = [self._permute(h, hf[h], forward=False) for h in hf_names]
         if qkv_module is None:
             return tensors[0]

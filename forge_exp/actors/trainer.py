@@ -1,6 +1,8 @@
 """Trainer service: owns the policy weights and the optimizer, through the engine `trainer=` names
-(trainers/hf.py, ...); publishes each new version to the generators. The same endpoints serve the GRPO family
-(train_step) and SFT (sft_step, sft_eval)."""
+(trainers/hf.py, trainers/titan_backend.py); publishes each new version to the generators. The same endpoints serve
+the GRPO family (train_step) and SFT (sft_step, sft_eval). A sharded engine runs on every process of the trainer's
+mesh, one torch.distributed world: each endpoint is then called on all of them (runtime/services.py: a collective
+service), and the answer is rank 0's."""
 
 from __future__ import annotations
 
@@ -13,12 +15,22 @@ from forge_exp.config.algorithm import SFTAlgorithm
 from forge_exp.rl.types import TrainBatch
 from forge_exp.trainers.update import available_inputs
 from forge_exp.runtime.build import build
-from forge_exp.runtime.weight_sync import WeightPublisher, push
+from forge_exp.runtime.weight_sync import ShardedWeightPublisher, WeightPublisher, push
+
+
+def publisher_of(engine) -> WeightPublisher:
+    """How an engine's weights reach the generators: a sharded engine's full tensors gathered once per version,
+    or a single process's parameters as they are."""
+    sharded = getattr(engine, "sharded_weights", None)
+    if sharded is not None:
+        return ShardedWeightPublisher(sharded, engine.rank, sharded.device, dtype=engine.sync_dtype)
+    return WeightPublisher(engine.model)
 
 
 class Trainer(Actor):
     def __init__(self, trainer, model, algorithm, init_path: str | None, seed: int, resume_step: int = 0,
-                 total_steps: int = 0, *, devices, threads):
+                 total_steps: int = 0, degrees=None, *, devices, threads):
+        """`degrees`: the sharded engine's parallelism (trainers/parallel.py: Degrees); None for one process."""
         device = place(devices, threads, seed)
         sft = isinstance(algorithm, SFTAlgorithm)
         if sft:
@@ -28,7 +40,7 @@ class Trainer(Actor):
         self.engine = build(
             trainer, "trainer", model=build(model, "model"), loss=build(algorithm.loss, "algorithm.loss"),
             device=device, lr=algorithm.lr, weight_decay=algorithm.weight_decay, loss_inputs=inputs,
-            init_path=init_path, resume_step=resume_step,
+            init_path=init_path, resume_step=resume_step, **({"degrees": degrees} if trainer.collective else {}),
         )
         if sft:
             self.engine.lr_schedule(algorithm.warmup_steps, total_steps)
@@ -59,8 +71,10 @@ class Trainer(Actor):
         or CPU tensors in the message."""
         t0 = time.perf_counter()
         if getattr(self, "_publisher", None) is None:  # made on the first push: it holds the shared GPU buffer
-            self._publisher = WeightPublisher(self.engine.model)
-        await push(self._publisher, generators, self.version)
+            self._publisher = publisher_of(self.engine)
+        self._publisher.capture()  # a sharded engine: every rank takes part in gathering the full weights
+        if self.engine.rank == 0:
+            await push(self._publisher, generators, self.version)
         return time.perf_counter() - t0
 
     @endpoint

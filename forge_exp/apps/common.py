@@ -33,6 +33,20 @@ async def evaluate(cfg, generator: Service, reward: Service, problems: list[Prob
     return out
 
 
+async def spawn_trainer(cfg, runtime, init_path: str | None, resume_step: int = 0, total_steps: int = 0) -> Service:
+    """The trainer service: one process (trainer=hf), or a sharded engine on every process of the trainer mesh, one
+    torch.distributed world (trainer=titan: nccl on GPUs, gloo on CPU)."""
+    from forge_exp.actors.trainer import Trainer
+
+    args = (cfg.trainer, cfg.model, cfg.algorithm, init_path, cfg.seed)
+    kwargs = {"resume_step": resume_step, "total_steps": total_steps}
+    if not cfg.trainer.collective:
+        return runtime.spawn("trainer", Trainer, *args, **kwargs)
+    degrees = cfg.parallelism.degrees(cfg.services.trainer.procs)
+    backend = "nccl" if cfg.services.trainer.gpus else "gloo"
+    return await runtime.spawn_collective("trainer", Trainer, *args, **kwargs, degrees=degrees, backend=backend)
+
+
 def generator_sizes(cfg) -> dict[str, int]:
     """The generator knobs a config may leave null, from the run's shape: KV-cache rows for every batch that may be
     in flight at once, and room for the longest prompt plus the response budget."""

@@ -26,9 +26,8 @@ from forge_exp.actors.generator import Generator
 from forge_exp.actors.reference import ReferenceModel
 from forge_exp.actors.replay_buffer import ReplayBufferService
 from forge_exp.actors.reward import RewardWorker
-from forge_exp.actors.trainer import Trainer
 from forge_exp.apps.checkpoint import ResumeState, save_checkpoint
-from forge_exp.apps.common import evaluate, generator_sizes, wants_warm_start, warm_start, warm_start_dir
+from forge_exp.apps.common import evaluate, generator_sizes, spawn_trainer, wants_warm_start, warm_start, warm_start_dir
 from forge_exp.data.collate import collate_episodes
 from forge_exp.rl.episodes import to_episodes
 from forge_exp.rl.filters import DynamicSampling
@@ -71,10 +70,7 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     elif wants_warm_start(cfg):  # cached: the first run trains and saves it, later runs load it
         init_path = str(warm_start_dir(cfg))
         cached = (warm_start_dir(cfg) / "config.json").exists()
-    trainer = runtime.spawn(
-        "trainer", Trainer, cfg.trainer, cfg.model, cfg.algorithm, init_path if cached else None, cfg.seed,
-        resume_step=resume.step if resume else 0,
-    )
+    trainer = await spawn_trainer(cfg, runtime, init_path if cached else None, resume.step if resume else 0)
     if init_path and not cached:
         warm = await warm_start(cfg, trainer, dataset)
     generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, init_path, cfg.seed,

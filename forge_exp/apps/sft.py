@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from forge_exp.actors.trainer import Trainer
 from forge_exp.apps.checkpoint import ResumeState, save_checkpoint
+from forge_exp.apps.common import spawn_trainer
 from forge_exp.data.sft import SFTData, describe
 from forge_exp.runtime.build import build
 from forge_exp.runtime.services import Runtime, Service
@@ -38,10 +38,8 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume: ResumeState | Non
     heldout = data.eval_batches()
     first = resume.step + 1 if resume else 1
     batches = data.train_batches(skip=first - 1)  # the stream is seeded: a resumed run sees the same batches
-    trainer = runtime.spawn(
-        "trainer", Trainer, cfg.trainer, cfg.model, a, str(resume.path) if resume else None, cfg.seed,
-        resume_step=resume.step if resume else 0, total_steps=cfg.steps,
-    )
+    trainer = await spawn_trainer(cfg, runtime, str(resume.path) if resume else None,
+                                  resume.step if resume else 0, total_steps=cfg.steps)
     if resume:  # the start-of-run evaluation was logged by the run being resumed
         start = {"eval/loss": tracker.metric_at("eval/loss", 0)} if heldout else {}
     else:

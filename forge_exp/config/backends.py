@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, List, Optional
 
 from forge_exp.config.checks import at_least, within
-from forge_exp.config.enums import DType, InflightUpdate
+from forge_exp.config.enums import AttentionBackend, Checkpointing, DType, InflightUpdate
 
 
 @dataclass
@@ -16,6 +16,28 @@ class TrainerBackend:
 
     _target_: str = "forge_exp.trainers.hf.HFTrainer"
     name: str = "hf"
+    # True when every trainer process runs the engine as one torch.distributed world (collective calls)
+    collective: ClassVar[bool] = False
+    sft: ClassVar[bool] = True  # runs algorithm=sft too
+
+
+@dataclass
+class TitanTrainerConfig(TrainerBackend):
+    """conf/trainer/titan.yaml: TorchTitan's Qwen3 / Llama 3 over services.trainer.procs processes, sharded as
+    `parallelism` says (trainers/titan.py, docs/titan.md). `pip install 'forge-exp[titan]'`."""
+
+    _target_: str = "forge_exp.trainers.titan_backend.TitanBackend"
+    name: str = "titan"
+    collective: ClassVar[bool] = True
+    sft: ClassVar[bool] = False
+    activation_checkpointing: Checkpointing = Checkpointing.none  # none | full | selective
+    compile: bool = False  # TorchTitan's per-block torch.compile (GPU)
+    attention: AttentionBackend = AttentionBackend.sdpa  # sdpa | flex (flex has no backward on CPU)
+    chunk_rows: int = 4096  # rows of logits alive at once in the chunked logprobs (memory vs speed)
+    param_dtype: Optional[DType] = None  # compute dtype; null: bfloat16 on GPU, float32 on CPU (weights stay float32)
+
+    def __post_init__(self) -> None:
+        at_least("chunk_rows", self.chunk_rows, 1)
 
 
 @dataclass

@@ -20,6 +20,9 @@ TargetFormat = _enum("TargetFormat", choices.TARGET_FORMATS)
 DType = _enum("DType", choices.DTYPES)
 Attention = _enum("Attention", choices.ATTENTION)
 InflightUpdate = _enum("InflightUpdate", choices.INFLIGHT_UPDATES)
+Parallelism = _enum("Parallelism", choices.PARALLELISMS)
+Checkpointing = _enum("Checkpointing", choices.ACTIVATION_CHECKPOINTING)
+AttentionBackend = _enum("AttentionBackend", choices.ATTENTION_BACKENDS)
 
 
 def plain(value):

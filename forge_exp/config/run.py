@@ -85,6 +85,15 @@ class ForgeConfig:
         if self.generator.name == "vllm" and getattr(self.algorithm, "top_p", 1.0) < 1:
             raise FieldError("algorithm.top_p", f"must be 1 with generator=vllm (got {self.algorithm.top_p}): vLLM "
                              f"returns the truncated distribution's logprobs, which the trainer does not recompute")
-        if self.services.trainer.procs > 1:
-            raise FieldError("services.trainer.procs", f"must be 1 for trainer={self.trainer.name}, which runs one "
-                             f"process (got {self.services.trainer.procs}); more processes need a sharded trainer")
+        procs = self.services.trainer.procs
+        if not self.trainer.collective:
+            if procs > 1:
+                raise FieldError("services.trainer.procs", f"must be 1 for trainer={self.trainer.name}, which runs "
+                                 f"one process (got {procs}); sharded training is trainer=titan")
+            if self.parallelism.name.value != "single":
+                raise FieldError(f"parallelism={self.parallelism.name.value} needs trainer=titan (trainer="
+                                 f"{self.trainer.name} holds the whole model in one process)")
+        self.parallelism.degrees(procs)
+        if not self.trainer.sft and hasattr(self.algorithm, "packing"):
+            raise FieldError(f"trainer={self.trainer.name} trains the GRPO family; algorithm=sft runs on "
+                             f"trainer=hf")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import Optional
+
 from forge_exp.config.checks import FieldError, at_least
+from forge_exp.config.enums import Parallelism
 
 SERVICES = ("dataset", "generator", "reward", "ref_model", "trainer", "replay_buffer")
 
@@ -49,14 +52,40 @@ class ServicesConfig:
 
 @dataclass
 class ParallelismConfig:
-    """How one service shards its model. Only `single` (one process, whole model) runs today."""
+    """How the trainer shards its model over its processes (services.trainer.procs = dp_replicate × dp_shard × tp;
+    trainers/parallel.py, docs/titan.md). Only trainer=titan shards: trainer=hf is `single`."""
 
-    name: str = "single"
-    data_parallel_shard: int = 1
+    name: Parallelism = Parallelism.single  # single | fsdp | tp | fsdp_tp (fsdp with data_parallel_replicate > 1: HSDP)
+    data_parallel_shard: Optional[int] = None  # FSDP degree; null: what procs leave after tp and replicate
     tensor_parallel: int = 1
+    data_parallel_replicate: int = 1  # HSDP: replicate across groups that each shard
 
     def __post_init__(self) -> None:
-        for key in ("data_parallel_shard", "tensor_parallel"):
-            if getattr(self, key) != 1:
-                raise FieldError(key, f"must be 1 (got {getattr(self, key)}): sharding is not supported yet, use "
-                                      "parallelism=single")
+        for key in ("tensor_parallel", "data_parallel_replicate"):
+            at_least(key, getattr(self, key), 1)
+        if self.data_parallel_shard is not None:
+            at_least("data_parallel_shard", self.data_parallel_shard, 1)
+        if self.name in (Parallelism.single, Parallelism.fsdp) and self.tensor_parallel != 1:
+            raise FieldError("tensor_parallel", f"must be 1 for parallelism={self.name.value} (got "
+                             f"{self.tensor_parallel}): choose parallelism=tp or fsdp_tp")
+        if self.name in (Parallelism.single, Parallelism.tp) and self.data_parallel_replicate != 1:
+            raise FieldError("data_parallel_replicate", f"must be 1 for parallelism={self.name.value}: HSDP is "
+                             "parallelism=fsdp (or fsdp_tp) with data_parallel_replicate > 1")
+
+    def degrees(self, procs: int):
+        """trainers.parallel.Degrees on `procs` trainer processes, or FieldError naming the keys."""
+        from forge_exp.trainers.parallel import degrees
+
+        name = self.name.value
+        if name == "tp" and self.tensor_parallel not in (1, procs):
+            raise FieldError("parallelism.tensor_parallel", f"must be services.trainer.procs={procs} (or 1: the "
+                             f"same) for parallelism=tp, got {self.tensor_parallel}")
+        try:
+            d = degrees(name, procs, self.tensor_parallel, self.data_parallel_replicate)
+        except ValueError as e:
+            raise FieldError(str(e)) from None
+        if self.data_parallel_shard is not None and self.data_parallel_shard != d.dp_shard:
+            raise FieldError(f"parallelism.data_parallel_shard={self.data_parallel_shard} does not fit "
+                             f"services.trainer.procs={procs}: procs = data_parallel_replicate × data_parallel_shard "
+                             f"× tensor_parallel ({d.dp_replicate} × {d.dp_shard} × {d.tp})")
+        return d

@@ -6,7 +6,7 @@ list (`- /schema/model/tiny@_here_`). The schema groups are not options of the g
 from hydra.core.config_store import ConfigStore
 
 from forge_exp.config.algorithm import ALGORITHM_SCHEMAS, LOSS_SCHEMAS
-from forge_exp.config.backends import TorchGenerator, TrainerBackend, VllmGenerator
+from forge_exp.config.backends import TitanTrainerConfig, TorchGenerator, TrainerBackend, VllmGenerator
 from forge_exp.config.dataset import DATASET_SCHEMAS
 from forge_exp.config.model import MODEL_SCHEMAS
 from forge_exp.config.run import ForgeConfig
@@ -16,7 +16,7 @@ SCHEMAS = {
     "algorithm": ALGORITHM_SCHEMAS,
     "loss": LOSS_SCHEMAS,
     "dataset": DATASET_SCHEMAS,
-    "trainer": {"hf": TrainerBackend},
+    "trainer": {"hf": TrainerBackend, "titan": TitanTrainerConfig},
     "generator": {"torch": TorchGenerator, "vllm": VllmGenerator},
 }
 # reward, services and parallelism have one shape each: the root schema types them (config/run.py)

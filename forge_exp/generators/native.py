@@ -86,11 +86,12 @@ class _Pending:
 
 
 class NativeEngine:
-    def __init__(self, model, device: str | torch.device = "cpu", seed: int = 0, *, slots: int = 256,
+    def __init__(self, model, device: str | torch.device = "cpu", seed: int = 0, *, slots: int | None = None,
                  max_len: int | None = None, sync_every: int | None = None, cuda_graphs: bool = True,
                  prefill_tokens: int = 8192, eos_token_ids: list[int] | None = None) -> None:
-        """`model`: a `forge_exp.models.hf.ModelSpec` (what conf/model/ builds); the knobs: see `NativeKnobs`."""
-        knobs = NativeKnobs(slots, max_len, sync_every, cuda_graphs, prefill_tokens, eos_token_ids)
+        """`model`: a `forge_exp.models.hf.ModelSpec` (what conf/model/ builds); the knobs: see `NativeKnobs` (null
+        slots: its default)."""
+        knobs = NativeKnobs(slots or NativeKnobs.slots, max_len, sync_every, cuda_graphs, prefill_tokens, eos_token_ids)
         self._setup(model.build(device), model.tokenizer(), seed, knobs)
 
     @classmethod

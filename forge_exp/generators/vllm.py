@@ -78,6 +78,9 @@ class VllmEngine:
         self._tmp: str | None = None
         path = self._path = self._model_dir(model)
         self._dtype = self.options.dtype or model.dtype
+        from transformers import AutoConfig
+
+        self._tied = bool(getattr(AutoConfig.from_pretrained(path, local_files_only=True), "tie_word_embeddings", False))
         self.tokenizer = load_tokenizer(path)
         if self.tokenizer.eos_token_id is None:
             raise ValueError(f"the tokenizer in {path} has no eos_token_id: generation could never stop on EOS")
@@ -259,6 +262,12 @@ class VllmEngine:
         """Apply new weights (HF names, e.g. the trainer's `state_dict().items()`) without restarting; requests in
         flight are kept (generator.inflight_update). Returns the new version: `version`, or the current one + 1.
         Blocks until the new weights serve; from async code, `await asyncio.to_thread(engine.load_weights, ...)`."""
+        weights = list(weights)
+        names = {n for n, _ in weights}
+        if "lm_head.weight" not in names and "model.embed_tokens.weight" in names and self._tied:
+            # a tied head is sent once, as the embedding (named_parameters drops the duplicate); vLLM's layer-wise
+            # reload still wants the head's own entry, or it keeps the old one
+            weights.append(("lm_head.weight", dict(weights)["model.embed_tokens.weight"]))
         with self._update_lock:
             new = self.version + 1 if version is None else int(version)
             # packed before the pause, so requests in flight wait only for the reload itself

@@ -2,7 +2,9 @@
 
 One proc mesh per entry of `plan_meshes`, shaped {"replicas": R, "procs": P}. Colocated services spawn onto the
 same mesh (so on `services=single_gpu` the trainer, reference model and generator share one process and one GPU).
-`route()` reaches one replica (round-robin), `fanout()` all of them.
+`route()` reaches one replica (round-robin), `fanout()` all of them. A collective service (a sharded trainer: one
+torch.distributed world over its processes, which `spawn_collective` sets up) is called on every process of the
+replica at once; `call_one` then returns rank 0's answer.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ log = logging.getLogger(__name__)
 class Service:
     """Handle to one service's actors: `route()` → one replica, `fanout()` → every replica."""
 
-    def __init__(self, name: str, actors: Any, replicas: int):
+    def __init__(self, name: str, actors: Any, replicas: int, collective: bool = False):
         self.name = name
         self.actors = actors
         self.replicas = replicas
+        self.collective = collective
         self._next = itertools.cycle(range(replicas))
 
     def route(self) -> Any:
+        if self.collective:
+            return _EveryProcess(self.actors.slice(replicas=next(self._next)))
         return self.actors.slice(replicas=next(self._next), procs=0)
 
     def replica(self, i: int) -> Any:
@@ -43,6 +48,7 @@ class Runtime:
     def __init__(self, meshes: dict[str, MeshPlan]):
         self.plans = meshes
         self.procs: dict[str, ProcMesh] = {}
+        self.worlds: dict[str, Any] = {}  # torch.distributed worlds over a mesh (spawn_collective)
 
     def _mesh_for(self, service: str) -> tuple[MeshPlan, ProcMesh]:
         for plan in self.plans.values():
@@ -61,8 +67,29 @@ class Runtime:
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
         return Service(service, actors, plan.replicas)
 
+    async def spawn_collective(self, service: str, actor_cls: type, *args: Any, backend: str, **kwargs: Any) -> Service:
+        """Make the service's processes one torch.distributed world (runtime/torch_world.py: Monarch hands out the
+        rendezvous), then spawn `actor_cls` on every one of them; its endpoints are then called on all at once."""
+        from forge_exp.runtime.torch_world import init_torch_world
+
+        plan, procs = self._mesh_for(service)
+        if plan.replicas != 1:
+            raise ValueError(f"services.{service}.replicas must be 1 for a sharded {service}")
+        devices = [d for replica in plan.devices for d in replica]
+        self.worlds[plan.name] = await init_torch_world(procs, backend, devices if plan.gpus else None)
+        actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
+        return Service(service, actors, plan.replicas, collective=True)
+
     async def stop(self) -> None:
         errors = []
+        for name, world in list(self.worlds.items()):
+            try:
+                from forge_exp.runtime.torch_world import close_torch_world
+
+                await close_torch_world(world)
+            except Exception as e:  # keep stopping the rest
+                errors.append(f"{name} torch world: {e}")
+            self.worlds.pop(name, None)
         for name, procs in list(self.procs.items()):
             try:
                 await procs.stop()
@@ -77,3 +104,25 @@ class Runtime:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.stop()
+
+
+class _EveryProcess:
+    """A replica's endpoints, each called on all of its processes (a collective): `call_one` returns rank 0's."""
+
+    def __init__(self, actors: Any):
+        self._actors = actors
+
+    def __getattr__(self, endpoint: str) -> "_Collective":
+        return _Collective(getattr(self._actors, endpoint))
+
+
+class _Collective:
+    def __init__(self, endpoint: Any):
+        self._endpoint = endpoint
+
+    async def call_one(self, *args: Any, **kwargs: Any) -> Any:
+        answers = await self._endpoint.call(*args, **kwargs)
+        for point, value in answers.items():
+            if point.rank == 0:
+                return value
+        raise RuntimeError("a collective call returned no answer from rank 0")

@@ -17,6 +17,13 @@ The transport is agreed on the first push: the trainer offers what it has (its p
 heavy); each generator takes the local path or says what it needs ("ipc?" / "state?"); the trainer then adds the IPC
 handle and/or the CPU state dict to every later push. A generator that cannot open the IPC handle asks for the
 state instead, so a push always ends with every replica loaded.
+
+Sharded trainers (trainer=titan): `ShardedWeightPublisher` reads full weights from anything with
+`weight_layout(dtype)` and `named_full_weights(dtype)` (trainers/titan.py) — the small interface a torchstore-backed
+publisher would implement instead. `capture()` runs on every trainer rank: each tensor in turn is all-gathered
+(each rank receives (W-1)/W of its bytes, then drops it) and rank 0 copies it into one persistent snapshot buffer
+on its device, so no rank ever holds the whole model beyond that snapshot; rank 0 then pushes the snapshot by the
+paths above (it is itself the CUDA IPC buffer). docs/titan.md counts the bytes.
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ import contextlib
 import logging
 import os
 import socket
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -93,8 +102,8 @@ class WeightPublisher:
     """The trainer's side. Holds the model's parameters in the process-local registry and, once a generator in
     another process asks for it, a persistent flat GPU buffer shared through CUDA IPC."""
 
-    def __init__(self, model: torch.nn.Module):
-        self.params = parameters(model)
+    def __init__(self, model: torch.nn.Module | dict[str, torch.Tensor]):
+        self.params = parameters(model) if isinstance(model, torch.nn.Module) else model
         self.key = f"{os.getpid()}:{id(model)}"
         _LOCAL[self.key] = self.params
         self.device = next(iter(self.params.values())).device
@@ -103,6 +112,11 @@ class WeightPublisher:
         self.send_state = False  # set once a generator asked for it ("state?")
         self._buffer: torch.Tensor | None = None
         self._ipc: tuple | None = None
+
+    def capture(self) -> dict[str, float]:
+        """Take this version's weights (collective for a sharded trainer: ShardedWeightPublisher); the parameters
+        themselves are what a single-process trainer publishes, so there is nothing to take here."""
+        return {}
 
     def publish(self, version: int) -> WeightRef:
         """The ref for `version` (the parameters as they are now), with what the generators asked for so far."""
@@ -133,6 +147,59 @@ class WeightPublisher:
             self._views = views(self._buffer, self.layout)
             self._ipc = reduce_tensor(self._buffer)  # shared once; every later version reuses the allocation
         torch._foreach_copy_(self._views, [p.detach() for p in self.params.values()])
+        return self._ipc
+
+
+class FullWeights(Protocol):
+    """A sharded trainer's weights as full tensors, by the generator model's parameter names and in its order."""
+
+    def weight_layout(self, dtype: torch.dtype | None = None) -> list[tuple[str, tuple[int, ...], torch.dtype]]: ...
+
+    def named_full_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]: ...
+
+
+class ShardedWeightPublisher(WeightPublisher):
+    """A publisher on every rank of a sharded trainer. `capture()` is collective (all ranks, once per version);
+    `publish`/`update`/`push` are rank 0's alone, and read the snapshot that `capture` filled. `dtype` is what moves
+    (bf16 halves the bytes of float32 master weights; generators convert on load)."""
+
+    def __init__(self, source: FullWeights, rank: int, device: torch.device, dtype: torch.dtype | None = None):
+        self.source, self.rank, self.dtype = source, rank, dtype
+        spec = {n: torch.empty(shape, dtype=dt, device="meta") for n, shape, dt in source.weight_layout(dtype)}
+        self.names = list(spec)
+        slots, nbytes = layout_of(spec)
+        params: dict[str, torch.Tensor] = {}
+        self._snapshot = None
+        if rank == 0:  # one flat buffer: the copy generators read, and on CUDA the IPC allocation itself
+            self._snapshot = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            params = dict(zip(self.names, views(self._snapshot, slots)))
+        else:
+            params = {n: torch.empty(0, device=device) for n in self.names}  # never published
+        super().__init__(params)
+
+    def capture(self) -> dict[str, float]:
+        """Gather every full tensor once (collective); rank 0 keeps them in the snapshot. Returns seconds and bytes
+        (this rank's share of the all-gathers, and the snapshot's size)."""
+        t0 = time.perf_counter()
+        got, snapshot_bytes = 0, 0
+        with torch.no_grad():
+            for (name, tensor), expected in zip(self.source.named_full_weights(self.dtype), self.names, strict=True):
+                if name != expected:
+                    raise RuntimeError(f"weight stream out of order: {name!r} where {expected!r} was expected")
+                got += tensor.numel() * tensor.element_size()
+                if self.rank == 0:
+                    self.params[name].copy_(tensor)
+                    snapshot_bytes += tensor.numel() * tensor.element_size()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return {"sync/capture_seconds": time.perf_counter() - t0, "sync/full_bytes": float(got),
+                "sync/snapshot_bytes": float(snapshot_bytes)}
+
+    def _fill_buffer(self) -> tuple:
+        if self._ipc is None:
+            from torch.multiprocessing.reductions import reduce_tensor
+
+            self._ipc = reduce_tensor(self._snapshot)  # the snapshot has the published layout already: no copy
         return self._ipc
 
 

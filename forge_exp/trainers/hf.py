@@ -49,6 +49,7 @@ class HFTrainer:
         self.model = net
         self.step = resume_step
         self.schedule = None
+        self.rank = 0  # one process: it answers every call and pushes the weights
 
     # --- GRPO family ------------------------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch, *, grad_accum: int, max_grad_norm: float, temperature: float,

@@ -1,8 +1,15 @@
 """One optimizer step of the policy on a TrainBatch: recompute logprobs, call the loss, accumulate, clip, step.
 
-Pure torch; the Trainer actor calls it. Micro-batches are weighted by their share of the batch's sequences, so with
-token-mean losses and grad_accum > 1 the result is a sequence-weighted mean of per-micro-batch token means (the usual
-approximation, exact when micro-batches hold equal token counts).
+Pure torch. `train_step` is the step both trainers run (transformers in one process through `policy_update`, and
+the sharded TorchTitan engine in trainers/titan.py); they differ only in how they compute logprobs, clip and
+reduce metrics, which they pass in.
+
+Micro-batches: the batch is cut into `shards × grad_accum` near-equal parts (sizes differ by at most one sequence);
+data-parallel shard s runs parts [s·grad_accum, (s+1)·grad_accum). Each part's loss is weighted by its share of the
+batch's sequences, and the data-parallel gradient reduction sums, so one step is the same function of the batch
+whether it runs on one process with grad_accum = G·S or on S shards with grad_accum = G. With token-mean losses the
+result is a sequence-weighted mean of per-part token means (the usual approximation, exact when parts hold equal
+token counts).
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +25,9 @@ import torch
 from forge_exp.models.logprobs import sequence_logprobs
 from forge_exp.rl.losses import call_loss
 from forge_exp.rl.types import TrainBatch
+
+# (micro-batch on the trainer's device) → (logprobs [b, R], entropy [b, R]), differentiable
+LogprobsFn = Callable[[TrainBatch], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass
@@ -37,9 +48,9 @@ class Policy:
         return torch.autocast(self.device.type, dtype=self.compute_dtype)
 
 
-def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, hint: str) -> float:
-    """Clip the gradient norm and step; a non-finite norm skips the step (weights stay finite) and raises."""
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+def step_if_finite(grad_norm: torch.Tensor | float, optimizer: torch.optim.Optimizer, hint: str) -> float:
+    """Step unless the (already clipped) gradient norm is non-finite: then skip (weights stay finite) and raise."""
+    grad_norm = float(grad_norm)
     if not math.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
         raise FloatingPointError(f"gradient norm is {grad_norm}: the step was skipped so the weights stay finite ({hint})")
@@ -47,10 +58,87 @@ def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_
     return grad_norm
 
 
+def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, hint: str) -> float:
+    """Clip the gradient norm and step; a non-finite norm skips the step (weights stay finite) and raises."""
+    return step_if_finite(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm), optimizer, hint)
+
+
 def available_inputs(beta: float) -> set[str]:
     """What the trainer can hand a loss (by argument name); ref_logprobs exists only when a reference model runs."""
     names = {"logprobs", "behavior_logprobs", "old_logprobs", "advantages", "padding_mask", "entropy"}
     return names | ({"ref_logprobs"} if beta > 0 else set())
+
+
+def micro_batches(batch: TrainBatch, grad_accum: int, shard: int = 0, shards: int = 1) -> list[tuple[TrainBatch, float]]:
+    """Data-parallel shard `shard`'s micro-batches of `batch` with their weights (share of the batch's sequences)."""
+    n, parts = len(batch), grad_accum * shards
+    if shards > 1 and n < parts:  # every shard must run the same number of non-empty forwards (FSDP collectives)
+        raise ValueError(
+            f"a batch of {n} sequences cannot feed {shards} data-parallel trainer ranks x algorithm.grad_accum="
+            f"{grad_accum} micro-batches; lower algorithm.grad_accum or train on more sequences per step"
+        )
+    bounds = [i * n // parts for i in range(parts + 1)]  # near-equal parts, sizes differ by at most one
+    out = []
+    for i in range(shard * grad_accum, (shard + 1) * grad_accum):
+        lo, hi = bounds[i], bounds[i + 1]
+        if hi > lo:
+            sl = slice(lo, hi)
+            part = TrainBatch(**{k: (v[sl] if isinstance(v, torch.Tensor) else v) for k, v in batch.__dict__.items()})
+            out.append((part, (hi - lo) / n))
+    return out
+
+
+def train_step(
+    batch: TrainBatch,
+    *,
+    logprobs_fn: LogprobsFn,
+    loss: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    clip: Callable[[], torch.Tensor | float],
+    device: torch.device,
+    grad_accum: int,
+    mask_truncated: bool = False,
+    shard: int = 0,
+    shards: int = 1,
+    reduce: Callable[[dict[str, float]], dict[str, float]] | None = None,
+) -> dict[str, float]:
+    """One optimizer step of this rank's share of `batch` (see the module docstring). `clip()` clips the gradients
+    and returns their global norm; `reduce` sums the metric dict over the data-parallel ranks (None: one rank)."""
+    t0 = time.perf_counter()
+    optimizer.zero_grad(set_to_none=True)
+    sums: dict[str, float] = {}
+    for mb, weight in micro_batches(batch, grad_accum, shard, shards):
+        mb = _to(mb, device)
+        # The model's own tokens: environment insertions of a multi-turn episode are attended to but not trained on,
+        # and stay out of the behaviour/reference ratios (the loss sees them masked).
+        mask = mb.response_mask if mb.loss_mask is None else mb.loss_mask
+        if mask_truncated:  # overlong filtering (DAPO): truncated completions carry no gradient
+            mask = mask & ~mb.truncated[:, None]
+        logprobs, entropy = logprobs_fn(mb)
+        inputs = dict(
+            logprobs=logprobs,
+            behavior_logprobs=mb.behavior_logprobs,
+            old_logprobs=mb.behavior_logprobs,
+            advantages=mb.advantages[:, None],
+            padding_mask=mask,
+            entropy=entropy,
+        )
+        if mb.ref_logprobs is not None:
+            inputs["ref_logprobs"] = mb.ref_logprobs
+        value, metrics = call_loss(loss, **inputs)
+        (value * weight).backward()
+        for k, v in {"loss/total": value, **metrics}.items():
+            sums[k] = sums.get(k, 0.0) + float(v.detach() if isinstance(v, torch.Tensor) else v) * weight
+        sums["policy/entropy"] = sums.get("policy/entropy", 0.0) + float(
+            (entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
+        ) * weight
+        sums["train/tokens"] = sums.get("train/tokens", 0.0) + float(mb.response_mask.sum() + mb.prompt_mask.sum())
+    if reduce is not None:
+        sums = reduce(sums)
+    grad_norm = step_if_finite(clip(), optimizer, "check the rewards and algorithm.lr")
+    seconds = time.perf_counter() - t0
+    tokens = sums.pop("train/tokens", 0.0)
+    return {**sums, "train/grad_norm": grad_norm, "train/seconds": seconds, "train/tokens_per_s": tokens / max(seconds, 1e-9)}
 
 
 def policy_update(
@@ -62,50 +150,24 @@ def policy_update(
     temperature: float,
     mask_truncated: bool = False,
 ) -> dict[str, float]:
-    t0 = time.perf_counter()
-    model, optimizer, device = policy.model, policy.optimizer, policy.device
+    """The transformers trainer's step: `train_step` on one process with the HF model's logprobs."""
+    model = policy.model
     model.train()
-    optimizer.zero_grad(set_to_none=True)
-    sums: dict[str, float] = {}
-    tokens = 0
-    for mb in batch.split(grad_accum):
-        mb = _to(mb, device)
-        # The model's own tokens: environment insertions of a multi-turn episode are attended to but not trained on,
-        # and stay out of the behaviour/reference ratios (the loss sees them masked).
-        mask = mb.response_mask if mb.loss_mask is None else mb.loss_mask
-        if mask_truncated:  # overlong filtering (DAPO): truncated completions carry no gradient
-            mask = mask & ~mb.truncated[:, None]
+
+    def logprobs_fn(mb: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
         with policy.autocast():
-            logprobs, entropy = sequence_logprobs(
-                model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask, temperature
-            )
-        inputs = dict(
-            logprobs=logprobs,
-            behavior_logprobs=mb.behavior_logprobs,
-            old_logprobs=mb.behavior_logprobs,
-            advantages=mb.advantages[:, None],
-            padding_mask=mask,
-            entropy=entropy,
-        )
-        if mb.ref_logprobs is not None:
-            inputs["ref_logprobs"] = mb.ref_logprobs
-        loss, metrics = call_loss(policy.loss, **inputs)
-        weight = len(mb) / len(batch)
-        (loss * weight).backward()
-        for k, v in {"loss/total": loss, **metrics}.items():
-            sums[k] = sums.get(k, 0.0) + float(v.detach() if isinstance(v, torch.Tensor) else v) * weight
-        sums["policy/entropy"] = sums.get("policy/entropy", 0.0) + float(
-            (entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
-        ) * weight
-        tokens += int(mb.response_mask.sum()) + int(mb.prompt_mask.sum())
-    grad_norm = clip_and_step(model, optimizer, max_grad_norm, "check the rewards and algorithm.lr")
-    seconds = time.perf_counter() - t0
-    return {
-        **sums,
-        "train/grad_norm": grad_norm,
-        "train/seconds": seconds,
-        "train/tokens_per_s": tokens / max(seconds, 1e-9),
-    }
+            return sequence_logprobs(model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask, temperature)
+
+    return train_step(
+        batch,
+        logprobs_fn=logprobs_fn,
+        loss=policy.loss,
+        optimizer=policy.optimizer,
+        clip=lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm),
+        device=policy.device,
+        grad_accum=grad_accum,
+        mask_truncated=mask_truncated,
+    )
 
 
 def _to(batch: TrainBatch, device: torch.device) -> TrainBatch:

@@ -17,7 +17,12 @@ GROUPS = ["model", "algorithm", "reward", "dataset", "parallelism", "services", 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
 def test_every_group_option_composes_into_its_schema(group, option):
-    extra = ["model.hf_id=org/model"] if (group, option) == ("model", "hf") else []  # model=hf names its weights
+    extra = {  # what an option needs beside it: model=hf names its weights, a sharded layout the trainer that shards
+        ("model", "hf"): ["model.hf_id=org/model"],
+        ("parallelism", "fsdp"): ["trainer=titan", "services.trainer.procs=2"],
+        ("parallelism", "tp"): ["trainer=titan", "services.trainer.procs=2"],
+        ("parallelism", "fsdp_tp"): ["trainer=titan", "services.trainer.procs=4"],
+    }.get((group, option), [])
     typed = OmegaConf.to_object(compose_cfg(f"{group}={option}", *extra))
     assert getattr(typed, group).name == option
 

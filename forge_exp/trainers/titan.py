@@ -1,0 +1,271 @@
+"""The TorchTitan trainer engine: a Qwen3 / Llama 3 model sharded over the torch.distributed world, trained with the
+same step as the transformers trainer (trainers/update.py `train_step`).
+
+Pure: no monarch, mlflow or hydra. It runs inside an initialised torch.distributed world (gloo on CPU, nccl on GPU;
+runtime/torch_world.py sets one up inside a Monarch proc mesh), one process per GPU, every rank calling the same
+methods in the same order (they are collective).
+
+    trainer = TitanTrainer.from_pretrained(path, degrees=degrees("fsdp", 2), loss=GRPOLoss(), lr=1e-6)
+    metrics = trainer.train_step(batch, grad_accum=1, max_grad_norm=1.0, temperature=1.0)  # every rank, same batch
+    for name, tensor in trainer.named_full_weights(torch.bfloat16): ...  # HF names, full tensors, one at a time
+    trainer.save_hf(dir); trainer.save(dcp_dir); trainer.load(dcp_dir)    # trainers/titan_checkpoint.py
+
+The model is built on the meta device from the checkpoint's config.json (trainers/titan_models.py), parallelised by
+TorchTitan's own `parallelize_qwen3` / `parallelize_llama` (TP plan, activation checkpointing, per-block compile,
+FSDP2 with float32 master weights kept sharded and `param_dtype` compute), then materialised and loaded shard by
+shard. Every rank receives the whole TrainBatch; its data-parallel coordinate picks its micro-batches, and the ranks
+of one TP group run the same ones.
+
+Layout: each row's real tokens are packed to the left ([prompt | response | pads]) so that plain causal attention
+is exact without a padding mask, with positions 0..n-1 equal to the generator's (models/generate.py). The LM head
+is not run by the model (`_skip_lm_head`): the response positions' hidden states go through the chunked head of
+models/logprobs.py, vocabulary-parallel under TP, so [B, R, V] logits never exist.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from forge_exp.choices import ACTIVATION_CHECKPOINTING
+from forge_exp.models.logprobs import CHUNK_ROWS, head_logprobs
+from forge_exp.rl.types import TrainBatch
+from forge_exp.trainers.update import train_step
+from forge_exp.trainers import titan_checkpoint
+from forge_exp.trainers.parallel import Degrees, check_model, parallel_dims
+from forge_exp.trainers.titan_compat import titan
+from forge_exp.trainers.titan_models import (
+    NameMap,
+    arch_from_hf,
+    clean_fqn,
+    parallelize_fn,
+    read_hf_config,
+    titan_config,
+)
+
+AC_MODES = ACTIVATION_CHECKPOINTING
+
+
+class TitanTrainer:
+    def __init__(
+        self,
+        hf_config: dict | str | Path,
+        *,
+        degrees: Degrees,
+        loss: torch.nn.Module,
+        lr: float,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.99),
+        device: torch.device | str | None = None,
+        param_dtype: torch.dtype | None = None,
+        activation_checkpointing: str = "none",
+        compile: bool = False,
+        attention: str = "sdpa",
+        chunk_rows: int = CHUNK_ROWS,
+        seed: int = 0,
+    ):
+        """A randomly initialised model of `hf_config` (a config.json dict or its path); `load_hf` loads weights.
+        `param_dtype`: compute dtype of the forward/backward (FSDP2 mixed precision; default bf16 on GPU, float32 on
+        CPU); weights, gradients' reduction and AdamW state stay float32."""
+        if activation_checkpointing not in AC_MODES:
+            raise ValueError(f"activation_checkpointing must be one of {AC_MODES}, got {activation_checkpointing!r}")
+        titan()
+        from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
+
+        self.hf_config = read_hf_config(hf_config)
+        self.arch = arch = arch_from_hf(self.hf_config)
+        check_model(degrees, arch.n_heads, arch.n_kv_heads, arch.vocab_size)
+        self.degrees, self.loss, self.chunk_rows = degrees, loss, chunk_rows
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.param_dtype = param_dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        self.attention = attention
+
+        parallelism = ParallelismConfig(
+            data_parallel_replicate_degree=degrees.dp_replicate,
+            data_parallel_shard_degree=degrees.dp_shard,
+            tensor_parallel_degree=degrees.tp,
+            spmd_backend="partial_dtensor",  # FSDP2 + DTensor TP; the spmd_types backends need torch >= 2.12
+        )
+        self.model_config = config = titan_config(arch, attention)
+        config.update_from_config(config=SimpleNamespace(parallelism=parallelism))  # TP sharding plans
+        self.parallel_dims = pd = parallel_dims(degrees, self.device.type)
+        with torch.device("meta"):
+            model = config.build()
+        model = parallelize_fn(arch)(
+            model,
+            parallel_dims=pd,
+            training=TrainingConfig(
+                mixed_precision_param="bfloat16" if self.param_dtype == torch.bfloat16 else "float32",
+                mixed_precision_reduce="float32",
+            ),
+            parallelism=parallelism,
+            compile_config=CompileConfig(enable=compile, components=["model"]),
+            ac_config=_ac_config(activation_checkpointing),
+            dump_folder=tempfile.gettempdir(),
+        )
+        from torch.distributed.fsdp import FSDPModule
+
+        for m in model.modules():  # gradients are summed over data-parallel ranks: the step weights each part
+            if isinstance(m, FSDPModule):  # (SUM, not PREMUL_SUM: gloo has no premultiplied sum)
+                m.set_gradient_divide_factor(1.0)
+                if hasattr(m, "set_force_sum_reduction_for_comms"):
+                    m.set_force_sum_reduction_for_comms(True)
+        model.to_empty(device=self.device)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []), torch.no_grad():
+            torch.manual_seed(seed)
+            model.init_weights(buffer_device=None)  # random weights (load_hf replaces them) and the RoPE caches
+        model._skip_lm_head = True  # the chunked head runs outside the model (see the module docstring)
+        model.train()
+        self.model = model
+        self.params = {clean_fqn(n): p for n, p in model.named_parameters()}
+        self._qkv = {
+            clean_fqn(n) + ".wqkv.weight": m for n, m in model.named_modules() if type(m).__name__ == "FusedQKVLinear"
+        }
+        self.names = NameMap.build(arch, config, self.hf_config, list(self.params))
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay,
+            **({"fused": True} if self.device.type == "cuda" else {"foreach": True}),
+        )
+        self.step = 0
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kwargs) -> "TitanTrainer":
+        """Build from `path`/config.json and load `path`'s safetensors."""
+        trainer = cls(read_hf_config(path), **kwargs)
+        trainer.load_hf(path)
+        return trainer
+
+    # ------------------------------------------------------------------------------------------------ training
+    @property
+    def dp_rank(self) -> int:
+        return self._dp_mesh.get_local_rank() if self._dp_mesh is not None else 0
+
+    @functools.cached_property
+    def _dp_mesh(self):
+        return self.parallel_dims.get_mesh("batch") if self.degrees.dp > 1 else None
+
+    @functools.cached_property
+    def _tp_group(self) -> dist.ProcessGroup | None:
+        return self.parallel_dims.get_mesh("tp").get_group() if self.degrees.tp > 1 else None
+
+    def train_step(
+        self, batch: TrainBatch, *, grad_accum: int, max_grad_norm: float, temperature: float,
+        mask_truncated: bool = False,
+    ) -> dict[str, float]:
+        """One optimizer step on `batch` (the whole batch, on every rank); metrics are the whole batch's."""
+        from torchtitan.distributed.utils import clip_grad_norm_
+
+        self.model.train()
+        metrics = train_step(
+            batch,
+            logprobs_fn=functools.partial(self.logprobs, temperature=temperature),
+            loss=self.loss,
+            optimizer=self.optimizer,
+            clip=lambda: clip_grad_norm_(list(self.model.parameters()), max_grad_norm, foreach=True),
+            device=self.device,
+            grad_accum=grad_accum,
+            mask_truncated=mask_truncated,
+            shard=self.dp_rank,
+            shards=self.degrees.dp,
+            reduce=self._sum_over_dp if self._dp_mesh is not None else None,
+        )
+        self.step += 1
+        return metrics
+
+    def logprobs(self, mb: TrainBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(logprobs [b, R], entropy [b, R])` float32 of a micro-batch on this rank's device, 0 off the response
+        mask; differentiable."""
+        ids, index = pack_left(mb.prompt_ids, mb.prompt_mask, mb.response_ids)  # [b, L], [b, R]
+        masks = self._causal_mask(ids.shape[1]) if self.attention == "flex" else None
+        hidden = self.model(ids, None, masks)  # [b, L, D] after the final norm
+        if isinstance(hidden, DTensor):  # TP: replicated over the tp mesh
+            hidden = hidden.to_local()
+        b, R = mb.response_ids.shape
+        h = hidden.gather(1, index[..., None].expand(-1, -1, hidden.shape[-1]))  # [b, R, D]
+        weight = self.model.lm_head.weight  # unsharded by FSDP for the forward; a vocab shard under TP
+        start = 0
+        if isinstance(weight, DTensor):
+            weight = weight.to_local()
+            start = dist.get_rank(self._tp_group) * weight.shape[0]
+        lp, ent = head_logprobs(
+            h.reshape(b * R, -1), weight, mb.response_ids.reshape(-1), temperature, self.chunk_rows,
+            self._tp_group, start,
+        )
+        keep = mb.response_mask.bool()
+        return lp.view(b, R).masked_fill(~keep, 0.0), ent.view(b, R).masked_fill(~keep, 0.0)
+
+    def _sum_over_dp(self, sums: dict[str, float]) -> dict[str, float]:
+        keys = sorted(sums)
+        t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, group=self._dp_mesh.get_group())
+        return dict(zip(keys, t.tolist()))
+
+    @functools.lru_cache(maxsize=8)
+    def _causal_mask(self, length: int):
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        return create_block_mask(
+            lambda b, h, q, kv: q >= kv, B=None, H=None, Q_LEN=length, KV_LEN=length, device=self.device
+        )
+
+    # ------------------------------------------------------------------------------------------ weights and I/O
+    def named_full_weights(self, dtype: torch.dtype | None = None, grads: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF name, full tensor) in the HF model's parameter order, one tensor gathered at a time (collective: every
+        rank iterates to the end). `dtype` casts each shard before the gather (bf16 halves the bytes moved);
+        `grads=True` yields the gradients instead (after a step: the clipped ones)."""
+        with torch.no_grad():
+            for fqn, _ in self.names.plan:
+                t = self.params[fqn].grad if grads else self.params[fqn].detach()
+                if dtype is not None:
+                    t = t.to(dtype)
+                full = t.full_tensor() if isinstance(t, DTensor) else t
+                yield from self.names.to_hf(fqn, full, self._qkv.get(fqn))
+                del full
+
+    def weight_layout(self, dtype: torch.dtype | None = None) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        """(HF name, shape, dtype) of what `named_full_weights(dtype)` yields, without gathering anything."""
+        return [(n, s, dtype or torch.float32) for n, s in self.names.hf_shapes.items()]
+
+    def load_hf(self, path: str | Path) -> None:
+        titan_checkpoint.load_hf(self, path)
+
+    def save_hf(self, directory: str | Path, tokenizer=None, dtype: torch.dtype = torch.float32) -> Path:
+        return titan_checkpoint.save_hf(self, directory, tokenizer, dtype)
+
+    def save(self, directory: str | Path) -> None:
+        titan_checkpoint.save_dcp(self, directory)
+
+    def load(self, directory: str | Path) -> None:
+        titan_checkpoint.load_dcp(self, directory)
+
+
+def pack_left(
+    prompt_ids: torch.Tensor,  # [B, P] long, left-padded
+    prompt_mask: torch.Tensor,  # [B, P] bool
+    response_ids: torch.Tensor,  # [B, R] long, right-padded
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(ids [B, P+R], index [B, R])`: each row rotated left by its prompt padding, so its real tokens start at
+    column 0 and every pad sits after them; `index[i, j]` is the column whose hidden state predicts response token
+    j (its prompt length - 1 + j)."""
+    B, P = prompt_ids.shape
+    R = response_ids.shape[1]
+    ids = torch.cat([prompt_ids, response_ids], dim=1)
+    pad = P - prompt_mask.long().sum(1)  # [B]
+    cols = (torch.arange(P + R, device=ids.device)[None] + pad[:, None]) % (P + R)
+    index = (P - pad - 1)[:, None] + torch.arange(R, device=ids.device)[None]
+    return ids.gather(1, cols), index.clamp(min=0)
+
+
+def _ac_config(mode: str):
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    return {"none": None, "full": FullAC.Config(), "selective": SelectiveAC.Config()}[mode]

@@ -31,6 +31,7 @@ class Generation(NamedTuple):
     token_ids: list[int]  # sampled tokens, the EOS token included when the row stopped on it
     logprobs: list[float]  # behaviour logprob of each token in token_ids: log_softmax(logits / T), full vocabulary
     stop_reason: str  # "eos" | "length"
+    policy_version: int | None = None  # the weights version it started under (set by the generator service)
 
 __all__ = ["Generation", "generate", "left_pad", "positions_from_mask"]
 

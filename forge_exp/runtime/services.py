@@ -14,6 +14,7 @@ from typing import Any
 
 from monarch.actor import ProcMesh, this_host
 
+from forge_exp.runtime.bootstrap import bootstrap_command
 from forge_exp.runtime.layout import MeshPlan
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ class Runtime:
             if service in plan.services:
                 if plan.name not in self.procs:
                     self.procs[plan.name] = this_host().spawn_procs(
-                        per_host={"replicas": plan.replicas, "procs": plan.procs}, name=plan.name
+                        per_host={"replicas": plan.replicas, "procs": plan.procs}, name=plan.name,
+                        bootstrap_command=bootstrap_command(),  # exits fast once stopped (runtime/bootstrap.py)
                     )
                 return plan, self.procs[plan.name]
         raise KeyError(f"service '{service}' is not in the services layout")

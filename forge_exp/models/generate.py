@@ -15,12 +15,14 @@ unscaled distribution (T = 1), as `sequence_logprobs` does for T = 0.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import inspect
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+
+if TYPE_CHECKING:  # only annotations here: the modeling code loads with the model (models/hf.py)
+    from transformers import PreTrainedModel
 
 
 class Generation(NamedTuple):
@@ -95,6 +97,8 @@ def generate(
 
     To draw a group of n samples per prompt, repeat the prompt n times in `prompt_ids`.
     """
+    from transformers import DynamicCache  # here, not at the top: importing this module loads no modeling code
+
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0 or not 0 < top_p <= 1:
@@ -107,7 +111,6 @@ def generate(
     ids, mask = left_pad(prompt_ids, pad_id, device)
     batch = ids.shape[0]
     positions = positions_from_mask(mask)
-
     cache = {_cache_arg(model): DynamicCache(config=model.config)}
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **cache, use_cache=True, logits_to_keep=1)
     logits = out.logits[:, -1].float()

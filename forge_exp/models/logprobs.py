@@ -8,11 +8,14 @@ logprobs for the same weights. Logprobs and entropies are of the temperature-sca
 """
 
 from __future__ import annotations
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PreTrainedModel
 
 from forge_exp.models.generate import positions_from_mask
+
+if TYPE_CHECKING:  # only annotations here: the modeling code loads with the model (models/hf.py)
+    from transformers import PreTrainedModel
 
 
 def sequence_logprobs(

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from forge_exp.config.checks import FieldError, at_least
 
 SERVICES = ("dataset", "generator", "reward", "ref_model", "trainer", "replay_buffer")
+# The mesh name that means "in the controller's own process" (no process of its own): for light services, whose
+# process would cost ~250 MiB and seconds of start-up for microseconds of work a step (benchmarks/lean.md).
+CONTROLLER = "controller"
 
 
 @dataclass
@@ -37,6 +40,11 @@ class ServicesConfig:
                 at_least(f"{name}.{key}", getattr(spec, key), 1)
             if spec.gpus not in (0, 1):
                 raise FieldError(f"{name}.gpus", f"must be 0 or 1 (GPUs per process), got {spec.gpus}")
+        for name in SERVICES:
+            spec = getattr(self, name)
+            if spec.mesh == CONTROLLER and (spec.replicas, spec.procs, spec.gpus) != (1, 1, 0):
+                raise FieldError(f"{name}.mesh", f"'{CONTROLLER}' runs the service in the controller's process: "
+                                                 "it needs replicas=1, procs=1, gpus=0; give it a mesh of its own")
         for name in ("trainer", "ref_model", "dataset", "replay_buffer"):
             if getattr(self, name).replicas != 1:
                 raise FieldError(f"{name}.replicas", "must be 1 (only generator and reward replicate)")

@@ -12,8 +12,9 @@ import itertools
 import logging
 from typing import Any
 
-from monarch.actor import ProcMesh, this_host
+from monarch.actor import ProcMesh, this_host, this_proc
 
+from forge_exp.config.services import CONTROLLER
 from forge_exp.runtime.bootstrap import bootstrap_command
 from forge_exp.runtime.layout import MeshPlan
 
@@ -23,17 +24,18 @@ log = logging.getLogger(__name__)
 class Service:
     """Handle to one service's actors: `route()` → one replica, `fanout()` → every replica."""
 
-    def __init__(self, name: str, actors: Any, replicas: int):
+    def __init__(self, name: str, actors: Any, replicas: int, local: bool = False):
         self.name = name
         self.actors = actors
         self.replicas = replicas
+        self.local = local  # one actor in the controller's process (mesh: controller): nothing to slice
         self._next = itertools.cycle(range(replicas))
 
     def route(self) -> Any:
-        return self.actors.slice(replicas=next(self._next), procs=0)
+        return self.actors if self.local else self.actors.slice(replicas=next(self._next), procs=0)
 
     def replica(self, i: int) -> Any:
-        return self.actors.slice(replicas=i, procs=0)
+        return self.actors if self.local else self.actors.slice(replicas=i, procs=0)
 
     def fanout(self) -> Any:
         return self.actors
@@ -60,9 +62,18 @@ class Runtime:
     def spawn(self, service: str, actor_cls: type, *args: Any, **kwargs: Any) -> Service:
         """Spawn `actor_cls` on the service's mesh. The actor receives `devices` ([replica][proc] → device string)
         and `threads` as keyword arguments so it can place itself."""
+        if self._in_controller(service):
+            plan = next(p for p in self.plans.values() if service in p.services)
+            actors = this_proc().spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads,
+                                       **kwargs)
+            return Service(service, actors, 1, local=True)
         plan, procs = self._mesh_for(service)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
         return Service(service, actors, plan.replicas)
+
+    def _in_controller(self, service: str) -> bool:
+        """services.<service>.mesh=controller: the actor lives in this process (stopped when it exits)."""
+        return CONTROLLER in self.plans and service in self.plans[CONTROLLER].services
 
     async def stop(self) -> None:
         """Stop every mesh at once: each stop waits ~0.5 s for its processes to exit, so one after the other made

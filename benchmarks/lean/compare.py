@@ -6,7 +6,8 @@
 The shape: the tiny Qwen3 (~0.59M parameters) from its cached warm start, 8 prompts × 8 completions × up to 8 new
 tokens a step, the exact-answer arithmetic reward, no KL term, 100 steps. Each round runs, in turn: forge-exp
 (max_policy_age=1, the default), TRL with 2 threads, forge-exp with max_policy_age=0 (no overlap of rollouts and
-training), TRL with 1 thread. Interleaving keeps the ratios meaningful while the shared machine's speed drifts.
+training), TRL with 1 thread, forge-exp with services=cpu_host (the light services in a process of their own
+instead of the controller's). Interleaving keeps the ratios meaningful while the shared machine's speed drifts.
 
 Per run, from the outside and from each side's own timestamps (time.time(); forge-exp's are the MLflow metric
 timestamps of each step, TRL's a callback's, see trl_grpo.py):
@@ -29,6 +30,7 @@ import glob
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -98,19 +100,20 @@ def timing(launched: dict, step_begin_1: float, step_ends: list[float]) -> dict:
     }
 
 
-def forge_cmd(work: Path, steps: int, extra: list[str]) -> list[str]:
+def forge_cmd(work: Path, steps: int, extra: list[str], store: Path) -> list[str]:
     return [str(ROOT / ".venv/bin/forge-exp"), *SHAPE, f"steps={steps}", "progress=false",
-            f"hydra.run.dir={work}/run", f"tracking.uri=sqlite:///{work}/mlflow.db",
-            f"model.warmstart.cache_dir={CACHE}", *extra]
+            f"hydra.run.dir={work}/run", f"tracking.uri=sqlite:///{store}", f"model.warmstart.cache_dir={CACHE}",
+            *extra]
 
 
-def run_forge(steps: int, age: int, extra: list[str], tag: str) -> dict:
+def run_forge(steps: int, extra: list[str], tag: str, store: Path) -> dict:
     from mlflow.tracking import MlflowClient
 
     work = Path(tempfile.mkdtemp(prefix=f"lean-{tag}-"))
-    launched = launch(forge_cmd(work, steps, [f"algorithm.max_policy_age={age}", *extra]), work / "out.txt")
-    client = MlflowClient(f"sqlite:///{work}/mlflow.db")
-    run = client.search_runs([e.experiment_id for e in client.search_experiments()])[0]
+    launched = launch(forge_cmd(work, steps, extra, store), work / "out.txt")
+    run_id = re.search(r"MLflow run (\w+) ", (work / "out.txt").read_text()).group(1)
+    client = MlflowClient(f"sqlite:///{store}")
+    run = client.get_run(run_id)
     hist = {m.step: m for m in client.get_metric_history(run.info.run_id, "time/step_seconds")}
     ends = [hist[s].timestamp / 1000 for s in sorted(hist)]
     m = run.data.metrics
@@ -149,24 +152,31 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--out", default=str(RESULTS / "lean_compare.json"))
-    p.add_argument("overrides", nargs="*", help="extra forge-exp overrides (e.g. services=...)")
+    p.add_argument("overrides", nargs="*", help="extra forge-exp overrides for every forge-exp run")
     args = p.parse_args()
     if not (ROOT / ".venv-trl/bin/python").exists():
         sys.exit("no .venv-trl: run `bash benchmarks/lean/setup_trl.sh` first")
 
-    if not glob.glob(str(CACHE / "tiny-*" / "config.json")):  # the warm start both sides start from
+    # One MLflow store for every forge-exp run, as a user's ./mlruns: created here, before the timed runs (creating
+    # a fresh sqlite store migrates its schema, ~5 s of CPU on this machine: a first run's cost, not a run's).
+    store = Path(tempfile.mkdtemp(prefix="lean-mlflow-")) / "mlflow.db"
+    work = Path(tempfile.mkdtemp(prefix="lean-warm-"))
+    if not glob.glob(str(CACHE / "tiny-*" / "config.json")):
         print("training the warm start once (not timed)...", flush=True)
-        work = Path(tempfile.mkdtemp(prefix="lean-warm-"))
-        launch(forge_cmd(work, 1, args.overrides), work / "out.txt")
+    launch(forge_cmd(work, 1, args.overrides, store), work / "out.txt")  # the warm start both sides start from
     init = sorted(glob.glob(str(CACHE / "tiny-*")))[0]
-    config = subprocess.run(forge_cmd(Path("/tmp/unused"), args.steps, args.overrides) + ["--cfg", "job"],
+    config = subprocess.run(forge_cmd(Path("/tmp/unused"), args.steps, args.overrides, store) + ["--cfg", "job"],
                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
+    def forge(*extra: str):
+        return lambda tag: run_forge(args.steps, [*extra, *args.overrides], tag, store)
+
     variants = {  # name → how to run it; run in this order every round
-        "forge_age1": lambda tag: run_forge(args.steps, 1, args.overrides, tag),
+        "forge_age1": forge("algorithm.max_policy_age=1"),
         "trl_2threads": lambda tag: run_trl(args.steps, 2, init, tag),
-        "forge_age0": lambda tag: run_forge(args.steps, 0, args.overrides, tag),
+        "forge_age0": forge("algorithm.max_policy_age=0"),
         "trl_1thread": lambda tag: run_trl(args.steps, 1, init, tag),
+        "forge_age1_cpu_host": forge("algorithm.max_policy_age=1", "services=cpu_host"),
     }
     runs: dict[str, list[dict]] = {k: [] for k in variants}
     for r in range(args.rounds):
@@ -182,7 +192,7 @@ def main() -> None:
     ratios = {}
     for metric in ("median_step_s", "startup_s", "shutdown_s", "wall_s", "peak_pss_mib"):
         trl = min(summary["trl_2threads"][metric]["median"], summary["trl_1thread"][metric]["median"])
-        for name in ("forge_age1", "forge_age0"):
+        for name in ("forge_age1", "forge_age0", "forge_age1_cpu_host"):
             ratios[f"{name}/{metric}"] = round(summary[name][metric]["median"] / trl, 2) if trl else None
     ratios["forge_age1/forge_age0 median_step_s"] = round(
         summary["forge_age1"]["median_step_s"]["median"] / summary["forge_age0"]["median_step_s"]["median"], 2)

@@ -17,6 +17,8 @@ timestamps of each step, TRL's a callback's, see trl_grpo.py):
   shutdown_s     the last step ends → the process has exited (forge-exp: the final evaluation, artifacts,
                  stopping the procs)
   wall_s         process start → exit (the N steps end to end, start-up included)
+  cpu_s          user + system CPU seconds of the run's processes, all of them (wait4): the work done, which the
+                 other users of a shared machine do not inflate the way they inflate wall times
   peak_pss_mib   peak over the run of the summed PSS of the whole process tree, sampled every 0.5 s (PSS splits
                  shared pages between the processes mapping them, so torch's libraries are not counted per process)
 Medians over rounds are reported, with forge-exp / TRL ratios (TRL: the faster of its two thread settings, per
@@ -70,22 +72,28 @@ def tree_memory(pid: int) -> tuple[float, float, list[tuple[str, float]]]:
     return pss, rss, each
 
 
-def launch(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> dict:
+def launch(cmd: list[str], log: Path, env: dict[str, str] | None = None, cwd: str | Path = ROOT) -> dict:
     """Run cmd to completion, sampling its process tree's memory; wall-clock launch and exit times."""
     with open(log, "w") as out:
         t0 = time.time()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         peak = (0.0, 0.0, [])
-        while proc.poll() is None:
+        while True:
+            # wait4: the exit status and the CPU time of the process and of every descendant it reaped (the procs)
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
             sample = tree_memory(proc.pid)
             if sample[0] > peak[0]:
                 peak = sample
             time.sleep(SAMPLE_EVERY)
         t1 = time.time()
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd[:3])} ... failed (exit {proc.returncode}); see {log}:\n{log.read_text()[-3000:]}")
-    return {"launch": t0, "exit": t1, "wall_s": t1 - t0, "peak_pss_mib": round(peak[0]), "peak_rss_mib": round(peak[1]),
-            "peak_processes": peak[2]}
+    code = os.waitstatus_to_exitcode(status)
+    proc.returncode = code  # reaped here: Popen must not wait for it again
+    if code != 0:
+        sys.exit(f"{' '.join(cmd[:3])} ... failed (exit {code}); see {log}:\n{log.read_text()[-3000:]}")
+    return {"launch": t0, "exit": t1, "wall_s": t1 - t0, "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_pss_mib": round(peak[0]), "peak_rss_mib": round(peak[1]), "peak_processes": peak[2]}
 
 
 def timing(launched: dict, step_begin_1: float, step_ends: list[float]) -> dict:
@@ -106,11 +114,14 @@ def forge_cmd(work: Path, steps: int, extra: list[str], store: Path) -> list[str
             *extra]
 
 
-def run_forge(steps: int, extra: list[str], tag: str, store: Path) -> dict:
+def run_forge(steps: int, extra: list[str], tag: str, store: Path, src: str | None = None) -> dict:
     from mlflow.tracking import MlflowClient
 
     work = Path(tempfile.mkdtemp(prefix=f"lean-{tag}-"))
-    launched = launch(forge_cmd(work, steps, extra, store), work / "out.txt")
+    # that tree's forge_exp ahead of the editable install, in every process (procs start with `python -m` in the
+    # working directory, which Python puts first on their path)
+    env = {"PYTHONPATH": src} if src else None
+    launched = launch(forge_cmd(work, steps, extra, store), work / "out.txt", env, cwd=src or ROOT)
     run_id = re.search(r"MLflow run (\w+) ", (work / "out.txt").read_text()).group(1)
     client = MlflowClient(f"sqlite:///{store}")
     run = client.get_run(run_id)
@@ -136,7 +147,8 @@ def run_trl(steps: int, threads: int, init: str, tag: str) -> dict:
 
 
 def summarize(runs: list[dict]) -> dict:
-    keys = ("median_step_s", "startup_s", "first_step_end_s", "shutdown_s", "wall_s", "peak_pss_mib", "peak_rss_mib",
+    keys = ("median_step_s", "startup_s", "first_step_end_s", "shutdown_s", "wall_s", "cpu_s", "peak_pss_mib",
+            "peak_rss_mib",
             "mlflow_run_created_s", "first_eval_done_s", "heldout_accuracy_start", "heldout_accuracy_end")
     out = {}
     for k in keys:
@@ -152,6 +164,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--out", default=str(RESULTS / "lean_compare.json"))
+    p.add_argument("--src", default=None, help="also run forge-exp (max_policy_age=1) from this source tree, with "
+                   "this venv: a checkout of another commit, its conf/ and sweeps/ linked as forge_exp/conf and "
+                   "forge_exp/sweeps (how the package ships them)")
     p.add_argument("overrides", nargs="*", help="extra forge-exp overrides for every forge-exp run")
     args = p.parse_args()
     if not (ROOT / ".venv-trl/bin/python").exists():
@@ -178,6 +193,9 @@ def main() -> None:
         "trl_1thread": lambda tag: run_trl(args.steps, 1, init, tag),
         "forge_age1_cpu_host": forge("algorithm.max_policy_age=1", "services=cpu_host"),
     }
+    if args.src:  # the same default from another source tree, e.g. a checkout of the commit before a change
+        variants["forge_age1_src"] = lambda tag: run_forge(args.steps, ["algorithm.max_policy_age=1", *args.overrides],
+                                                           tag, store, args.src)
     runs: dict[str, list[dict]] = {k: [] for k in variants}
     for r in range(args.rounds):
         for name, fn in variants.items():
@@ -190,9 +208,9 @@ def main() -> None:
 
     summary = {k: summarize(v) for k, v in runs.items()}
     ratios = {}
-    for metric in ("median_step_s", "startup_s", "shutdown_s", "wall_s", "peak_pss_mib"):
+    for metric in ("median_step_s", "startup_s", "shutdown_s", "wall_s", "cpu_s", "peak_pss_mib"):
         trl = min(summary["trl_2threads"][metric]["median"], summary["trl_1thread"][metric]["median"])
-        for name in ("forge_age1", "forge_age0", "forge_age1_cpu_host"):
+        for name in [v for v in variants if v.startswith("forge")]:
             ratios[f"{name}/{metric}"] = round(summary[name][metric]["median"] / trl, 2) if trl else None
     ratios["forge_age1/forge_age0 median_step_s"] = round(
         summary["forge_age1"]["median_step_s"]["median"] / summary["forge_age0"]["median_step_s"]["median"], 2)
@@ -200,6 +218,8 @@ def main() -> None:
         "command": ".venv/bin/python benchmarks/lean/compare.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "machine": f"{platform.machine()}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB",
+        "src": args.src and subprocess.run(["git", "-C", args.src, "log", "-1", "--format=%h %s"], capture_output=True,
+                                           text=True).stdout.strip(),
         "shape": {"forge_exp_overrides": SHAPE + [f"steps={args.steps}", *args.overrides],
                   "trl": f"trl_grpo.py --steps {args.steps} --init <the same warm start>"},
         "summary": summary,

@@ -100,7 +100,8 @@ def on_import(name: str, module) -> None:
     elif name == "forge_exp.tracking.mlflow":
         t = module.Tracker
         for m in ("__init__", "_open", "log_params", "log_text", "log_table", "flush", "commit", "close"):
-            setattr(t, m, timed(f"Tracker.{m}", getattr(t, m)))
+            if hasattr(t, m):  # an older tree (--src) has no _open
+                setattr(t, m, timed(f"Tracker.{m}", getattr(t, m)))
     elif name == "forge_exp.runtime.services":
         r, s = module.Runtime, module.Service
         orig_route, orig_spawn, orig_this_host = s.route, r.spawn, module.this_host
@@ -203,13 +204,14 @@ def child(out: str, argv: list[str]) -> None:
     cli.main()
 
 
-def import_costs() -> dict:
+def import_costs(src: str | None) -> dict:
     """Each service's actor module imported in a fresh interpreter: seconds, RSS, heavy packages loaded."""
+    from probe import HEAVY
+
     code = ("import sys, time, importlib, psutil; t = time.perf_counter(); importlib.import_module(sys.argv[1]); "
-            "dt = time.perf_counter() - t; m = psutil.Process().memory_full_info(); "
-            "from probe import HEAVY; import json; print(json.dumps({'seconds': round(dt, 2), "
-            "'rss_mib': round(m.rss / 2**20), 'uss_mib': round(m.uss / 2**20), "
-            "'heavy': [h for h in HEAVY if h in sys.modules]}))")
+            "dt = time.perf_counter() - t; m = psutil.Process().memory_full_info(); import json; "
+            "print(json.dumps({'seconds': round(dt, 2), 'rss_mib': round(m.rss / 2**20), "
+            f"'uss_mib': round(m.uss / 2**20), 'heavy': [h for h in {HEAVY!r} if h in sys.modules]}}))")
     out = {}
     modules = {"baseline (python + psutil)": "json"}
     modules |= {f"actor module: {s}": f"forge_exp.actors.{s}" for s in
@@ -217,8 +219,8 @@ def import_costs() -> dict:
     modules |= {"forge_exp.cli": "forge_exp.cli", "mlflow": "mlflow", "torch": "torch", "transformers": "transformers",
                 "monarch.actor": "monarch.actor"}
     for label, module in modules.items():
-        res = subprocess.run([str(ROOT / ".venv/bin/python"), "-c", code, module], cwd=ROOT, capture_output=True,
-                             text=True, env={**os.environ, "PYTHONPATH": str(HERE)})
+        res = subprocess.run([str(ROOT / ".venv/bin/python"), "-c", code, module], cwd=src or ROOT, capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": src or ""})
         out[label] = json.loads(res.stdout) if res.returncode == 0 else {"error": res.stderr[-300:]}
     return out
 
@@ -268,6 +270,7 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "benchmarks/results/lean_profile.json"))
     p.add_argument("--no-imports", action="store_true", help="skip the fresh-interpreter import measurements")
     p.add_argument("--fresh-store", action="store_true", help="let the run create its MLflow store (a first run)")
+    p.add_argument("--src", default=None, help="profile the forge_exp of another source tree (see compare.py --src)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lean-profile-"))
@@ -279,7 +282,9 @@ def main() -> None:
     forge_args = [*SHAPE, f"steps={args.steps}", "progress=false", f"hydra.run.dir={work}/run", f"tracking.uri={uri}",
                   f"model.warmstart.cache_dir={CACHE}", *args.overrides]
     cmd = [str(ROOT / ".venv/bin/python"), __file__, "--child", str(work / "profile.json"), *forge_args]
-    launched = launch(cmd, work / "out.txt", env={"PYTHONPATH": str(HERE), "LEAN_LAUNCHED_AT": repr(time.time())})
+    path = os.pathsep.join([*([args.src] if args.src else []), str(HERE)])
+    launched = launch(cmd, work / "out.txt", env={"PYTHONPATH": path, "LEAN_LAUNCHED_AT": repr(time.time())},
+                      cwd=args.src or ROOT)  # procs start with `python -m`: the working directory leads their path
     prof = json.loads((work / "profile.json").read_text())
 
     from mlflow.tracking import MlflowClient
@@ -298,7 +303,7 @@ def main() -> None:
               **summarize(prof, launched, args.steps, metrics),
               "mlflow_run_created_s": round(run.info.start_time / 1000 - launched["launch"], 3)}
     if not args.no_imports:
-        result["imports_fresh_interpreter"] = import_costs()
+        result["imports_fresh_interpreter"] = import_costs(args.src)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -40,11 +40,6 @@ class ServicesConfig:
                 at_least(f"{name}.{key}", getattr(spec, key), 1)
             if spec.gpus not in (0, 1):
                 raise FieldError(f"{name}.gpus", f"must be 0 or 1 (GPUs per process), got {spec.gpus}")
-        for name in SERVICES:
-            spec = getattr(self, name)
-            if spec.mesh == CONTROLLER and (spec.replicas, spec.procs, spec.gpus) != (1, 1, 0):
-                raise FieldError(f"{name}.mesh", f"'{CONTROLLER}' runs the service in the controller's process: "
-                                                 "it needs replicas=1, procs=1, gpus=0; give it a mesh of its own")
         for name in ("trainer", "ref_model", "dataset", "replay_buffer"):
             if getattr(self, name).replicas != 1:
                 raise FieldError(f"{name}.replicas", "must be 1 (only generator and reward replicate)")
@@ -53,6 +48,11 @@ class ServicesConfig:
                 # a generator replica is one process today; a tensor-parallel generator (vLLM) would take more
                 raise FieldError(f"{name}.procs", f"must be 1: one process per replica (scale {name} with "
                                                   f"services.{name}.replicas where it replicates)")
+        for name in SERVICES:
+            spec = getattr(self, name)
+            if spec.mesh == CONTROLLER and (spec.replicas, spec.procs, spec.gpus) != (1, 1, 0):
+                raise FieldError(f"{name}.mesh", f"'{CONTROLLER}' runs the service in the controller's process: "
+                                                 "it needs replicas=1, procs=1, gpus=0; give it a mesh of its own")
 
 
 @dataclass

@@ -178,7 +178,7 @@ def compare_url(state: dict[str, Any], run_ids: list[str]) -> str:
     base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
     runs = quote(json.dumps(run_ids, separators=(",", ":")))
     experiments = quote(json.dumps([str(state["experiment_id"])]))
-    url = f"{base}/#/compare-runs?runs={runs}&experiments={experiments}"
+    url = f"{base}/#/compare-runs?runs={runs}&experiments={experiments}&workflowType=machine_learning"
     if base == "http://127.0.0.1:5000":
         from forge_exp.tracking.mlflow import ui_command
 

@@ -1,8 +1,8 @@
 // A person's view of a sweep in the MLflow UI: Debian's chromium, headless, driven by playwright-core.
 //   node tests/browser/mlflow_ui.mjs check.json
 // check.json: {uri, experimentId, parentName, runs: [{id, name, params: {key: value}}], out}
-// 0. the experiment's own page, as a first-time user lands on it: it shows the training runs (not the GenAI
-//    traces page), the sweep's parent among them;
+// 0. the experiment's own page, as a first-time user lands on it from a link forge-exp prints: it shows the training
+//    runs (not the GenAI traces page), the sweep's parent among them;
 // 1. the compare page of the sweep's runs: every param in `params` is a row with each run's value;
 // 2. the runs table: the parent run expands to its children, and with the params' columns shown each child's row
 //    holds its values.
@@ -33,7 +33,9 @@ try {
   page.on('pageerror', (e) => console.error(`page error: ${e.message}`));
 
   // --- 0. landing: a fresh browser (no stored workflow choice) on the experiment's page ------------------------
-  await page.goto(`${check.uri}/#/experiments/${check.experimentId}`);
+  // MLflow 3.17's UI keeps one workflow choice per browser, GenAI for a fresh one, whatever the experiment's kind
+  // tag says: the links forge-exp prints name the workflow, as this one does.
+  await page.goto(`${check.uri}/#/experiments/${check.experimentId}?workflowType=machine_learning`);
   await page.locator('[col-id="attributes.`Run Name`"]').filter({ has: page.getByText(check.parentName, { exact: true }) })
     .first().waitFor();
   await page.screenshot({ path: path.join(check.out, 'landing.png') });

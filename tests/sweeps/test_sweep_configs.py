@@ -129,4 +129,4 @@ def test_a_sweep_job_is_named_by_its_swept_values():
 
 def test_the_compare_url_lists_the_children():
     url = sweep.compare_url({"uri": "http://mlflow:5000", "experiment_id": "3"}, ["r1", "r2"])
-    assert url == "http://mlflow:5000/#/compare-runs?runs=%5B%22r1%22%2C%22r2%22%5D&experiments=%5B%223%22%5D"
+    assert url == "http://mlflow:5000/#/compare-runs?runs=%5B%22r1%22%2C%22r2%22%5D&experiments=%5B%223%22%5D&workflowType=machine_learning"

@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/rollouts.py                         # results/rollouts_cpu.json
     .venv/bin/python benchmarks/rollouts.py --batches 12 --max-new-tokens 32
+    .venv/bin/python benchmarks/rollouts.py --max-new-tokens 32 algorithm.prompts_per_step=64   # + any overrides
 
 Every layout runs in one process, each in its own Runtime (its proc meshes started and stopped), in rounds that
 alternate the layouts so a slow spell of a shared machine hits them alike. Tokens/s counts sampled tokens over
@@ -48,6 +49,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--max-new-tokens", type=int, default=8, help="the default's 8, or longer completions")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides applied to every layout")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rollouts_cpu.json"))
     return p.parse_args()
 
@@ -73,7 +75,7 @@ async def measure(overrides: list[str], batches: int, warmup: int) -> dict:
 
 def main() -> None:
     args = parse_args()
-    common = ["services=cpu", f"dataset.max_new_tokens={args.max_new_tokens}"]
+    common = ["services=cpu", f"dataset.max_new_tokens={args.max_new_tokens}", *args.overrides]
     runs = {name: {"seconds": [], "tokens": []} for name in LAYOUTS}
     for _ in range(args.rounds):
         for name, overrides in LAYOUTS.items():
@@ -93,7 +95,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "command": "python benchmarks/rollouts.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
+            [f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "overrides")]
+            + args.overrides),
         "commit": commit.strip(), "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}",
         "what": "sampled tokens over the wall time of whole batches (generation + reward scoring), no training",
         "layouts": table,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from forge_exp.actors.env import EnvWorker
 from forge_exp.actors.generator import Generator
 from forge_exp.apps.common import generator_sizes
@@ -31,6 +33,7 @@ async def sample(cfg, n: int) -> tuple[list, dict, Samplers]:
     return groups, metrics, s
 
 
+@pytest.mark.slow
 def test_episodes_on_environment_workers_carry_every_turn_and_a_loss_mask():
     cfg = config()
     plans = plan_for(cfg)
@@ -46,6 +49,7 @@ def test_episodes_on_environment_workers_carry_every_turn_and_a_loss_mask():
     assert report["env/episodes"] == 32 and 1 <= report["env/turns_mean"] <= cfg.env.max_turns
 
 
+@pytest.mark.slow
 def test_a_hanging_step_is_a_failed_turn_not_a_dead_run():
     cfg = config("env._target_=tests.actors.hanging_env.HangingCalculator", "env.tool_timeout_s=0.5")
     groups, _, _ = asyncio.run(sample(cfg, 4))

@@ -7,6 +7,7 @@ import asyncio
 import os
 
 import psutil
+import pytest
 
 from forge_exp.actors.dataset import DatasetService
 from forge_exp.actors.generator import Generator
@@ -59,6 +60,7 @@ async def exercise() -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_services_on_real_proc_meshes():
     before = children()
     out = asyncio.run(exercise())

@@ -54,6 +54,7 @@ def sft_data(tmp_path):
     return ["dataset=jsonl", f"dataset.train_path={data / 'train.jsonl'}", f"dataset.eval_path={data / 'test.jsonl'}"]
 
 
+@pytest.mark.slow
 def test_sft_trains_checkpoints_resumes_and_hands_its_model_to_grpo_and_eval(tmp_path, sft_data):
     model = save_tiny_family("qwen3", tmp_path / "base")
     sft = ["algorithm=sft", "model=qwen3_1_7b", f"model.path={model}", "services=cpu", *sft_data,

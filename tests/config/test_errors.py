@@ -64,6 +64,7 @@ def test_bad_values_are_one_error_naming_the_key(override, message):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_with_the_closest_key_and_spawn_nothing(tmp_path):
     cases = {
         ("algorithm.bta=0.04",): "algorithm.bta is not a config key; did you mean algorithm.beta (= algorithm.loss.beta)?",
@@ -95,6 +96,7 @@ def test_slurm_launcher_without_a_controller_is_one_line_and_creates_no_run(tmp_
     assert not (tmp_path / "mlruns").exists()
 
 
+@pytest.mark.slow
 def test_the_used_by_command_prints_and_fails_clearly_without_weights(tmp_path):
     r = run_cli("algorithm=grpo", "model=qwen3_1_7b", "--cfg", "job")
     assert r.returncode == 0, r.stderr
@@ -106,6 +108,7 @@ def test_the_used_by_command_prints_and_fails_clearly_without_weights(tmp_path):
     assert not (tmp_path / "mlruns").exists()
 
 
+@pytest.mark.slow
 def test_no_store_schema_is_touched_by_a_bad_run(tmp_path):
     """A run refused by validation leaves an existing store as it was (no new run row)."""
     from forge_exp.tracking.mlflow import Tracker

@@ -1,6 +1,7 @@
 import asyncio
 import re
 
+import pytest
 import torch
 
 from forge_exp.data.tool_arithmetic import collate_demonstrations, cycle, demonstration, demonstrations, tool_task
@@ -48,6 +49,7 @@ def test_demonstration_set_mix_and_heldout_disjointness():
     assert sorted(map(id, first_pass)) == sorted(map(id, demos))  # one pass shows each once
 
 
+@pytest.mark.slow
 def test_warmstart_on_demonstrations_trains_the_model_turns_only():
     task = tool_task(eval_size=10)
     demos = demonstrations(take(task, 8), TOK, FMT, direct_fraction=0.0, seed=0)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("openenv")
+pytestmark = pytest.mark.slow  # each test starts an OpenEnv server process
 
 from forge_exp.envs import EpisodeLimits, Sampling, TinyToolFormat, build_chat_format, episode_metrics, run_episodes  # noqa: E402
 from forge_exp.envs.openenv import OpenEnvToolEnv, call_tool  # noqa: E402

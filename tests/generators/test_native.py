@@ -132,6 +132,7 @@ def test_load_weights_between_calls_gives_the_new_models_outputs():
     assert_same(after, eager(new, prompts, s))
 
 
+@pytest.mark.slow
 def test_load_weights_mid_flight_changes_the_rest_of_a_running_row():
     prompts, s = encode(PROMPTS[:2]), Sampling(n=2, max_new_tokens=120, seed=4)
     baseline = eager(_long(0), prompts, s)

@@ -20,6 +20,7 @@ HERE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 kernel_test = pytest.mark.skipif(not HERE, reason="runs in the process test_under_the_interpreter starts")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(HERE, reason="this process already runs the kernels")
 def test_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}

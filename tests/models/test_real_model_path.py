@@ -227,6 +227,7 @@ def test_real_model_config_without_local_weights_is_one_clear_error(tmp_path):
         check(validate(compose_cfg("model=qwen3_1_7b", f"model.path={tmp_path}", "services=cpu")))
 
 
+@pytest.mark.slow
 def test_forge_exp_cli_runs_grpo_on_a_real_family_checkpoint(tmp_path):
     """`forge-exp model=qwen3_1_7b model.path=<dir>` itself: proc meshes, generation, two GRPO steps, MLflow."""
     from mlflow.tracking import MlflowClient

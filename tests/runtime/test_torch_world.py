@@ -36,11 +36,13 @@ async def _on_mesh(checkpoint: str | None, batches: str | None) -> dict:
         await procs.stop()
 
 
+@pytest.mark.slow
 def test_gloo_world_over_a_monarch_mesh_all_reduces():
     out = asyncio.run(_on_mesh(None, None))
     assert out["all_reduce"] == [(0, 2, 3.0), (1, 2, 3.0)]
 
 
+@pytest.mark.slow
 def test_fsdp_parity_in_the_monarch_world(tmp_path):
     pytest.importorskip("torchtitan", reason="trainer=titan needs the titan extra")
     from tests.trainers.titan_cases import assert_same_steps, make_batches, run_world, tiny_model

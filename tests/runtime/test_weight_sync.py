@@ -73,14 +73,17 @@ def _actors_import_tests(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
+@pytest.mark.slow
 def test_colocated_generator_copies_from_the_trainer_in_its_process():
     check(asyncio.run(sync_round_trip(plans("cpu", "cpu", colocated=True))), "local")
 
 
+@pytest.mark.slow
 def test_separate_cpu_processes_use_the_message_path():
     check(asyncio.run(sync_round_trip(plans("cpu", "cpu", colocated=False))), "message")
 
 
+@pytest.mark.slow
 def test_every_generator_replica_gets_the_version():
     """services.generator.replicas=2 (the 4-GPU layout's shape, here on CPU): one push reaches both."""
     from forge_exp.runtime.services import Runtime

@@ -35,6 +35,7 @@ def _assert_round_trip(original: torch.nn.Module, saved_dir) -> None:
 
 @pytest.mark.parametrize(("family", "saved_on", "resumed_on"), [("qwen3", ("fsdp", 2), ("single", 1)),
                                                                  ("llama3", ("single", 1), ("fsdp", 2))])
+@pytest.mark.slow
 def test_dcp_saved_with_n_procs_resumes_with_m(tmp_path, family, saved_on, resumed_on):
     checkpoint, batches, model = _case(tmp_path, family)
     (save_par, n), (load_par, m) = saved_on, resumed_on
@@ -49,6 +50,7 @@ def test_dcp_saved_with_n_procs_resumes_with_m(tmp_path, family, saved_on, resum
     assert_same_steps([resumed["after_resume"]], [saved["after_resume"]], f"{family} dcp {n}->{m}")
 
 
+@pytest.mark.slow
 def test_weight_sync_from_the_sharded_trainer(tmp_path):
     checkpoint, batches, _ = _case(tmp_path, "qwen3")
     out = run_world(2, tmp_path / "runs", "sync_job", checkpoint=checkpoint, batches=batches, parallelism="fsdp")

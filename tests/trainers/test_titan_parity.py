@@ -45,6 +45,7 @@ def moved(steps: list[dict], model: torch.nn.Module) -> float:
     return min(rel(w, start[n].detach()) for n, w in steps[-1]["weights"].items())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fsdp_over_two_processes_matches_one_process(case, family):
     c = case(family)
@@ -55,6 +56,7 @@ def test_fsdp_over_two_processes_matches_one_process(case, family):
     assert_same_steps(fsdp, c["single"], f"{family} fsdp=2")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_tp_over_two_processes_matches_one_process(case, family):
     c = case(family)

@@ -2,6 +2,7 @@
 
 One proc mesh per entry of `plan_meshes`, shaped {"replicas": R, "procs": P}. Colocated services spawn onto the
 same mesh (so on `services=single_gpu` the trainer, reference model and generator share one process and one GPU).
+A mesh on cluster nodes (cluster=slurm: runtime/hosts.py) is spawned on its HostMesh there instead of this_host().
 `route()` reaches one replica (round-robin), `fanout()` all of them. A collective service (a sharded trainer: one
 torch.distributed world over its processes, which `spawn_collective` sets up) is called on every process of the
 replica at once; `call_one` then returns rank 0's answer.
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monarch.actor import ProcMesh, this_host
 
 from forge_exp.runtime.layout import MeshPlan
+
+if TYPE_CHECKING:
+    from forge_exp.runtime.hosts import ClusterHosts
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +49,31 @@ class Service:
 class Runtime:
     """Owns every proc mesh of a run; `stop()` (also via `async with`) ends all of them."""
 
-    def __init__(self, meshes: dict[str, MeshPlan]):
+    def __init__(self, meshes: dict[str, MeshPlan], hosts: "ClusterHosts | None" = None):
         self.plans = meshes
+        self.hosts = hosts  # the hosts of the meshes on cluster nodes (plan.nodes > 0); None: all on this host
         self.procs: dict[str, ProcMesh] = {}
         self.worlds: dict[str, Any] = {}  # torch.distributed worlds over a mesh (spawn_collective)
 
     def _mesh_for(self, service: str) -> tuple[MeshPlan, ProcMesh]:
         for plan in self.plans.values():
             if service in plan.services:
-                if plan.name not in self.procs:
-                    self.procs[plan.name] = this_host().spawn_procs(
-                        per_host={"replicas": plan.replicas, "procs": plan.spawn_procs}, name=plan.name
-                    )
-                return plan, self.procs[plan.name]
+                if not plan.nodes:
+                    if plan.name not in self.procs:
+                        self.procs[plan.name] = this_host().spawn_procs(per_host=plan.per_host, name=plan.name)
+                    return plan, self.procs[plan.name]
+                return plan, self._on_cluster(plan)
         raise KeyError(f"service '{service}' is not in the services layout")
+
+    def _on_cluster(self, plan: MeshPlan) -> ProcMesh:
+        """The mesh's procs on its cluster hosts, seen in the shape a mesh on this host has (runtime/hosts.py)."""
+        from forge_exp.runtime.hosts import local_shape
+
+        if self.hosts is None:
+            raise RuntimeError(f"mesh '{plan.name}' is placed on cluster nodes but this Runtime has no cluster hosts")
+        if plan.name not in self.procs:
+            self.procs[plan.name] = self.hosts.spawn_procs(plan)
+        return local_shape(self.procs[plan.name], plan)
 
     def spawn(self, service: str, actor_cls: type, *args: Any, **kwargs: Any) -> Service:
         """Spawn `actor_cls` on the service's mesh. The actor receives `devices` ([replica][proc] → device string)
@@ -76,7 +91,8 @@ class Runtime:
         if plan.replicas != 1:
             raise ValueError(f"services.{service}.replicas must be 1 for a sharded {service}")
         devices = [d for replica in plan.devices for d in replica]
-        self.worlds[plan.name] = await init_torch_world(procs, backend, devices if plan.gpus else None)
+        self.worlds[plan.name] = await init_torch_world(procs, backend, devices if plan.gpus else None,
+                                                        local_world_size=plan.procs_per_host)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
         return Service(service, actors, plan.replicas, collective=True)
 
@@ -100,6 +116,8 @@ class Runtime:
             log.warning("errors while stopping proc meshes: %s", "; ".join(errors))
 
     async def __aenter__(self) -> "Runtime":
+        if self.hosts is not None:
+            await self.hosts.start()  # ends the job itself if it fails: __aexit__ does not run then
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -98,13 +98,18 @@ def test_cli_errors_are_one_line_with_the_closest_key_and_spawn_nothing(tmp_path
     assert not (tmp_path / "mlruns").exists()  # nothing ran: no MLflow store either
 
 
-def test_slurm_launcher_without_a_controller_is_one_line_and_creates_no_run(tmp_path):
+def test_slurm_without_a_controller_is_one_line_and_creates_no_run(tmp_path):
     env = {**os.environ, "PATH": os.path.dirname(os.sys.executable)}  # no sbatch on this PATH
     r = run_cli("-m", "algorithm.beta=0,0.04", "hydra/launcher=submitit_slurm", f"hydra.sweep.dir={tmp_path}/s",
                 env=env, cwd=tmp_path)
     err = error_lines(r)
     assert r.returncode == 2 and len(err) == 1, r.stderr
     assert "needs SLURM's sbatch on PATH" in err[0] and "launchers/slurm/start.sh" in err[0]
+    assert not (tmp_path / "mlruns").exists()
+    r = run_cli("cluster=slurm", f"hydra.run.dir={tmp_path}/run", env=env, cwd=tmp_path)  # the meshes' hosts too
+    err = error_lines(r)
+    assert r.returncode == 2 and len(err) == 1, r.stderr
+    assert err[0].startswith("forge-exp: error: cluster=slurm needs SLURM's sbatch on PATH") and "cluster=local" in err[0]
     assert not (tmp_path / "mlruns").exists()
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from typing import Optional
 
 from forge_exp.config.checks import FieldError, at_least
 from forge_exp.config.enums import Parallelism
 
 SERVICES = ("dataset", "generator", "reward", "env", "ref_model", "trainer", "replay_buffer")
+# The mesh name that means "in the controller's own process" (no process of its own): for light services, whose
+# process would cost ~250 MiB and seconds of start-up for microseconds of work a step (benchmarks/lean.md).
+CONTROLLER = "controller"
 
 
 @dataclass
@@ -50,6 +52,11 @@ class ServicesConfig:
                 # a generator replica is one process today; a tensor-parallel generator (vLLM) would take more
                 raise FieldError(f"{name}.procs", f"must be 1: one process per replica (scale {name} with "
                                                   f"services.{name}.replicas where it replicates)")
+        for name in SERVICES:
+            spec = getattr(self, name)
+            if spec.mesh == CONTROLLER and (spec.replicas, spec.procs, spec.gpus) != (1, 1, 0):
+                raise FieldError(f"{name}.mesh", f"'{CONTROLLER}' runs the service in the controller's process: "
+                                                 "it needs replicas=1, procs=1, gpus=0; give it a mesh of its own")
 
 
 @dataclass

@@ -4,9 +4,9 @@ meshes that `cluster.hosts` does not name stay on this host (Runtime).
 
     hosts = hosts_for(config, meshes)   # None for cluster=local
     await hosts.start()                 # sbatch; wait until the allocation runs; attach to its Monarch workers
-    procs = hosts.spawn_procs(plan)     # the mesh's procs, plan.per_host on each of its hosts
-    view = local_shape(procs, plan)     # ... seen as {replicas, procs}: the shape a mesh on this host has
-    await hosts.stop()                  # after the proc meshes: the host meshes down, scancel, wait until it is gone
+    procs = hosts.procs(plan, command)  # the mesh's procs (plan.per_host on each of its hosts), started by the
+                                        # runtime's bootstrap command, seen as {replicas, procs} like a local mesh
+    await hosts.stop()                  # its proc meshes, the host meshes, then scancel and wait until it is gone
 
 `start()` also registers an atexit hook that cancels the job, for a controller that exits without `stop()`; one that
 is SIGKILLed leaves the job to its time limit (cluster.timeout_min).
@@ -54,10 +54,12 @@ LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "
 class ClusterHosts:
     """The host meshes of one Monarch job (any JobTrait: SlurmJob here, ProcessJob in the tests), by mesh name."""
 
-    def __init__(self, job: JobTrait, names: list[str], describe: dict[str, Any] | None = None):
+    def __init__(self, job: JobTrait, names: list[str], describe: dict[str, Any] | None = None,
+                 python: str | None = None):
         self.job = job
         self.names = names
         self.describe = describe or {}  # what the run logs about the job (scheduler, job id)
+        self.python = python  # the procs' interpreter on the hosts (cluster.python); None: the bootstrap command's
         self.host_meshes: dict[str, Any] = {}
         self.spawned: dict[str, ProcMesh] = {}
         self._ended = False
@@ -82,13 +84,18 @@ class ClusterHosts:
             await self.stop()
             raise
 
-    def spawn_procs(self, plan: MeshPlan) -> ProcMesh:
-        """The mesh's procs on its hosts (owned: `stop()` it); `local_shape` gives the view to spawn actors on."""
+    def procs(self, plan: MeshPlan, command: Any) -> ProcMesh:
+        """The mesh's procs on its hosts, spawned once with the bootstrap command `command` (the one the Runtime
+        starts its local procs with; its interpreter replaced by `python`), seen through `local_shape`. They are
+        owned here: `stop()` ends them."""
         if plan.name not in self.host_meshes:
             raise RuntimeError(f"mesh '{plan.name}' has no hosts: start() the cluster hosts first (async with Runtime)")
-        procs = self.host_meshes[plan.name].spawn_procs(per_host=plan.per_host, name=plan.name)
-        self.spawned[plan.name] = procs
-        return procs
+        if plan.name not in self.spawned:
+            if self.python:
+                command.program = self.python
+            self.spawned[plan.name] = self.host_meshes[plan.name].spawn_procs(
+                per_host=plan.per_host, name=plan.name, bootstrap_command=command)
+        return local_shape(self.spawned[plan.name], plan)
 
     async def placement(self) -> dict[str, Any]:
         """Where each process of the meshes on the cluster runs, asked of the processes themselves: {job: ...,
@@ -101,14 +108,19 @@ class ClusterHosts:
         return {"job": self.describe, "meshes": meshes}
 
     async def stop(self) -> None:
-        """Shut the host meshes down (their procs with them), then end the job. Idempotent."""
+        """Stop the proc meshes, shut the host meshes down, then end the job. Idempotent."""
+        spawned, self.spawned = dict(self.spawned), {}
+        results = await asyncio.gather(*(asyncio.wait_for(p.stop(), SHUTDOWN_TIMEOUT_S) for p in spawned.values()),
+                                       return_exceptions=True)
+        for name, r in zip(spawned, results):
+            if isinstance(r, BaseException):  # the host mesh's shutdown and scancel below end its procs anyway
+                log.warning("proc mesh %s on the cluster did not stop (%r): shutting its hosts down", name, r)
         for name, hosts in list(self.host_meshes.items()):
             try:
                 await asyncio.wait_for(hosts.shutdown(), SHUTDOWN_TIMEOUT_S)
             except BaseException as e:  # noqa: BLE001 — keep going: the job must end whatever happened here
                 log.warning("host mesh %s did not shut down (%s): cancelling its job anyway", name, e)
             self.host_meshes.pop(name, None)
-        self.spawned.clear()
         self._end_job()
 
     def _end_job(self) -> None:
@@ -174,7 +186,7 @@ def hosts_for(config, meshes: dict[str, MeshPlan]) -> ClusterHosts | None:
         cpus_per_task=cpus,  # one task (the node's Monarch worker) per node
         job_start_timeout=cluster.job_start_timeout_s,
     )
-    return ClusterHosts(job, list(on_nodes), describe={"scheduler": "slurm", "logs": log_dir})
+    return ClusterHosts(job, list(on_nodes), describe={"scheduler": "slurm", "logs": log_dir}, python=cluster.python)
 
 
 class _SlurmJob(SlurmJob):

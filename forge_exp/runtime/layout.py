@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from forge_exp.config.services import ServicesConfig
+from forge_exp.config.services import CONTROLLER, ServicesConfig
 
 # GPUs are handed out in this order, so `services=three_gpu` puts the trainer on GPU 0, the reference
 # model on GPU 1 and the generator on GPU 2.
@@ -111,6 +111,10 @@ def _place_on_nodes(meshes: dict[str, MeshPlan], mesh_name: str, nodes: int) -> 
     if plan is None:
         raise ValueError(f"{key}: this run has no proc mesh '{mesh_name}' (its meshes: {', '.join(meshes)}); name "
                          f"one of them (a service's mesh is services.<service>.mesh, or the service's own name)")
+    if mesh_name == CONTROLLER:
+        raise ValueError(f"{key}: the '{CONTROLLER}' mesh is the controller's own process "
+                         f"({', '.join(f'services.{s}' for s in plan.services)}), which stays on this host: give those "
+                         f"services a mesh of their own (services.<service>.mesh) to put them on the cluster")
     spreads = plan.replicas % nodes == 0 or (plan.replicas == 1 and plan.spawn_procs == plan.procs
                                              and plan.procs % nodes == 0)
     if not spreads:

@@ -2,7 +2,7 @@
 
 One proc mesh per entry of `plan_meshes`, shaped {"replicas": R, "procs": P}. Colocated services spawn onto the
 same mesh (so on `services=single_gpu` the trainer, reference model and generator share one process and one GPU).
-A mesh on cluster nodes (cluster=slurm: runtime/hosts.py) is spawned on its HostMesh there instead of this_host().
+A mesh on cluster nodes (cluster=slurm) is spawned on its hosts in the run's job instead (runtime/hosts.py).
 `route()` reaches one replica (round-robin), `fanout()` all of them. A collective service (a sharded trainer: one
 torch.distributed world over its processes, which `spawn_collective` sets up) is called on every process of the
 replica at once; `call_one` then returns rank 0's answer.
@@ -10,12 +10,15 @@ replica at once; `call_one` then returns rank 0's answer.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
-from monarch.actor import ProcMesh, this_host
+from monarch.actor import ProcMesh, this_host, this_proc
 
+from forge_exp.config.services import CONTROLLER
+from forge_exp.runtime.bootstrap import bootstrap_command
 from forge_exp.runtime.layout import MeshPlan
 
 if TYPE_CHECKING:
@@ -27,20 +30,23 @@ log = logging.getLogger(__name__)
 class Service:
     """Handle to one service's actors: `route()` → one replica, `fanout()` → every replica."""
 
-    def __init__(self, name: str, actors: Any, replicas: int, collective: bool = False):
+    def __init__(self, name: str, actors: Any, replicas: int, collective: bool = False, local: bool = False):
         self.name = name
         self.actors = actors
         self.replicas = replicas
         self.collective = collective
+        self.local = local  # one actor in the controller's process (mesh: controller): nothing to slice
         self._next = itertools.cycle(range(replicas))
 
     def route(self) -> Any:
+        if self.local:
+            return self.actors
         if self.collective:
             return _EveryProcess(self.actors.slice(replicas=next(self._next)))
         return self.actors.slice(replicas=next(self._next), procs=0)
 
     def replica(self, i: int) -> Any:
-        return self.actors.slice(replicas=i, procs=0)
+        return self.actors if self.local else self.actors.slice(replicas=i, procs=0)
 
     def fanout(self) -> Any:
         return self.actors
@@ -51,33 +57,31 @@ class Runtime:
 
     def __init__(self, meshes: dict[str, MeshPlan], hosts: "ClusterHosts | None" = None):
         self.plans = meshes
-        self.hosts = hosts  # the hosts of the meshes on cluster nodes (plan.nodes > 0); None: all on this host
+        self.hosts = hosts  # cluster=slurm: the hosts of the meshes on cluster nodes (they own those meshes)
         self.procs: dict[str, ProcMesh] = {}
         self.worlds: dict[str, Any] = {}  # torch.distributed worlds over a mesh (spawn_collective)
 
     def _mesh_for(self, service: str) -> tuple[MeshPlan, ProcMesh]:
         for plan in self.plans.values():
             if service in plan.services:
-                if not plan.nodes:
-                    if plan.name not in self.procs:
-                        self.procs[plan.name] = this_host().spawn_procs(per_host=plan.per_host, name=plan.name)
-                    return plan, self.procs[plan.name]
-                return plan, self._on_cluster(plan)
+                if plan.nodes:  # cluster=slurm: on the mesh's hosts in the run's job, with the same bootstrap
+                    return plan, self.hosts.procs(plan, bootstrap_command())
+                if plan.name not in self.procs:
+                    self.procs[plan.name] = this_host().spawn_procs(
+                        per_host={"replicas": plan.replicas, "procs": plan.spawn_procs}, name=plan.name,
+                        bootstrap_command=bootstrap_command(),  # exits fast once stopped (runtime/bootstrap.py)
+                    )
+                return plan, self.procs[plan.name]
         raise KeyError(f"service '{service}' is not in the services layout")
-
-    def _on_cluster(self, plan: MeshPlan) -> ProcMesh:
-        """The mesh's procs on its cluster hosts, seen in the shape a mesh on this host has (runtime/hosts.py)."""
-        from forge_exp.runtime.hosts import local_shape
-
-        if self.hosts is None:
-            raise RuntimeError(f"mesh '{plan.name}' is placed on cluster nodes but this Runtime has no cluster hosts")
-        if plan.name not in self.procs:
-            self.procs[plan.name] = self.hosts.spawn_procs(plan)
-        return local_shape(self.procs[plan.name], plan)
 
     def spawn(self, service: str, actor_cls: type, *args: Any, **kwargs: Any) -> Service:
         """Spawn `actor_cls` on the service's mesh. The actor receives `devices` ([replica][proc] → device string)
         and `threads` as keyword arguments so it can place itself."""
+        if self._in_controller(service):
+            plan = next(p for p in self.plans.values() if service in p.services)
+            actors = this_proc().spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads,
+                                       **kwargs)
+            return Service(service, actors, 1, local=True)
         plan, procs = self._mesh_for(service)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
         return Service(service, actors, plan.replicas)
@@ -96,7 +100,13 @@ class Runtime:
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
         return Service(service, actors, plan.replicas, collective=True)
 
+    def _in_controller(self, service: str) -> bool:
+        """services.<service>.mesh=controller: the actor lives in this process (stopped when it exits)."""
+        return CONTROLLER in self.plans and service in self.plans[CONTROLLER].services
+
     async def stop(self) -> None:
+        """Close the torch.distributed worlds, then stop every mesh at once: each stop waits ~0.5 s for its
+        processes to exit, so one after the other made shutdown grow with the number of meshes (benchmarks/lean.md)."""
         errors = []
         for name, world in list(self.worlds.items()):
             try:
@@ -106,14 +116,17 @@ class Runtime:
             except Exception as e:  # keep stopping the rest
                 errors.append(f"{name} torch world: {e}")
             self.worlds.pop(name, None)
-        for name, procs in list(self.procs.items()):
-            try:
-                await procs.stop()
-            except Exception as e:  # keep stopping the others
-                errors.append(f"{name}: {e}")
-            self.procs.pop(name, None)
+        procs, self.procs = dict(self.procs), {}
+        results = await asyncio.gather(*(p.stop() for p in procs.values()), return_exceptions=True)
+        for r in results:  # Ctrl-C or cancellation while stopping: after every mesh was asked to stop
+            if isinstance(r, BaseException) and not isinstance(r, Exception):
+                raise r
+        errors += [f"{name}: {r}" for name, r in zip(procs, results) if isinstance(r, Exception)]
         if errors:
             log.warning("errors while stopping proc meshes: %s", "; ".join(errors))
+        # -- then the cluster (cluster=slurm): its proc meshes, its host meshes, then the job itself ---------------
+        if self.hosts is not None:
+            await self.hosts.stop()
 
     async def __aenter__(self) -> "Runtime":
         if self.hosts is not None:

@@ -2,6 +2,12 @@
 
 Only apps/ and cli.py use this module. Metrics are buffered and sent with `log_batch`: a single `log_metric` call
 costs ~20 ms on a sqlite store, which would dominate a fast CPU step.
+
+Everything that talks to the store runs on one background thread, in call order: importing mlflow (~1.2 s) and
+opening the store and the run (~1-3 s on a fresh sqlite store) overlap with spawning the services instead of
+delaying them (benchmarks/lean.md), and a periodic flush() does not stall the loop. Reading the run's identity
+(`run_id`, `experiment_id`) or anything from the store waits for the thread; send()/commit() return once the rows
+are stored (checkpoints rely on it); a failure of the thread is raised by the next call to the tracker.
 """
 
 from __future__ import annotations
@@ -11,11 +17,9 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
-
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.tracking import MlflowClient
 
 MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
 BATCH = 900  # metrics per log_batch call (MLflow accepts up to 1000)
@@ -35,6 +39,8 @@ def default_tracking_uri(root: str | os.PathLike | None = None) -> str:
 def ensure_store(uri: str) -> None:
     """Create a local store once, before any worker logs: several processes creating a fresh sqlite store at once
     corrupt it. Opening the client creates and migrates the tables."""
+    from mlflow.tracking import MlflowClient
+
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
@@ -74,97 +80,165 @@ class Tracker:
         parent_run_id: str | None = None,
         hold: bool = False,
     ):
-        """hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once the checkpoint
+        """Returns at once; the store and the run are opened on the tracker's thread (see the module docstring).
+        hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once the checkpoint
         that covers their steps is on disk, so a resumed run logs no step twice."""
-        ensure_store(uri)
         self.uri = uri
-        self.client = MlflowClient(uri)
-        exp = self.client.get_experiment_by_name(experiment)
+        self.hold = hold
+        self._metrics: list[tuple[str, float, int, int]] = []
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-exp-mlflow")
+        self._queued: list[Future] = []
+        self._opened = self._io.submit(self._open, experiment, run_name, dict(tags or {}), run_id, parent_run_id)
+
+    def _open(self, experiment, run_name, tags, run_id, parent_run_id) -> None:
+        from mlflow.entities import RunTag
+        from mlflow.tracking import MlflowClient
+
+        ensure_store(self.uri)
+        self._client = client = MlflowClient(self.uri)
+        exp = client.get_experiment_by_name(experiment)
         if exp is None:
-            exp_id = self.client.create_experiment(experiment, artifact_location=_artifact_root(uri),
-                                                   tags=EXPERIMENT_KIND)
+            exp_id = client.create_experiment(experiment, artifact_location=_artifact_root(self.uri),
+                                              tags=EXPERIMENT_KIND)
         else:
             exp_id = exp.experiment_id
             if not set(EXPERIMENT_KIND.items()) <= set(exp.tags.items()):  # a store made before this tag existed
                 for k, v in EXPERIMENT_KIND.items():
-                    self.client.set_experiment_tag(exp_id, k, v)
-        self.experiment_id = exp_id
-        all_tags = dict(tags or {})
+                    client.set_experiment_tag(exp_id, k, v)
+        self._experiment_id = exp_id
         if parent_run_id:
-            all_tags["mlflow.parentRunId"] = parent_run_id
+            tags["mlflow.parentRunId"] = parent_run_id
         if run_id is None:
-            run = self.client.create_run(exp_id, run_name=run_name, tags=all_tags)
-            run_id = run.info.run_id
+            run_id = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
         else:  # resuming: same run, more steps
-            self.client.update_run(run_id, status="RUNNING")
-            self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
-        self.run_id = run_id
-        self.hold = hold
-        self._metrics: list[Metric] = []
+            client.update_run(run_id, status="RUNNING")
+            client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        self._run_id = run_id
+
+    # --- the run, once open (these wait for the tracker's thread) --------------------------------------------
+    @property
+    def client(self):
+        self._opened.result()
+        return self._client
+
+    @property
+    def run_id(self) -> str:
+        self._opened.result()
+        return self._run_id
+
+    @property
+    def experiment_id(self) -> str:
+        self._opened.result()
+        return self._experiment_id
+
+    def _later(self, fn, *args) -> Future:
+        """Queue fn(*args) on the tracker's thread, after everything queued before it."""
+        self._raise_failure()
+        future = self._io.submit(fn, *args)
+        self._queued.append(future)
+        return future
+
+    def _now(self, fn, *args):
+        return self._later(fn, *args).result()
+
+    def _raise_failure(self) -> None:
+        """Raise the error of an earlier queued call that failed (opening the run included); forget those done."""
+        if self._opened.done():
+            self._opened.result()
+        done = [f for f in self._queued if f.done()]
+        self._queued = [f for f in self._queued if not f.done()]
+        for f in done:
+            f.result()
 
     # --- params / tags -------------------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
-        existing = self.client.get_run(self.run_id).data.params
+        self._later(self._log_params, params)
+
+    def _log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        existing = self._client.get_run(self._run_id).data.params
         items = [
             Param(k, str(v)[:MAX_PARAM_LEN])
             for k, v in flatten(params).items()
             if k not in existing
         ]
         for i in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[i : i + 100])
+            self._client.log_batch(self._run_id, params=items[i : i + 100])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if tags:
-            self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+            self._later(self._set_tags, dict(tags))
+
+    def _set_tags(self, tags: dict[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        self._client.log_batch(self._run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     # --- metrics -------------------------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Buffered; sent by flush() (called by the app every few steps and at the end) or, in hold mode, commit()."""
+        self._raise_failure()  # a run that could not be opened stops the loop at its next step, not at the end
         ts = int(time.time() * 1000)
         for k, v in metrics.items():
             try:
                 v = float(v)
             except (TypeError, ValueError):
                 continue
-            self._metrics.append(Metric(k, v, ts, step))
+            self._metrics.append((k, v, ts, step))
         if len(self._metrics) >= BATCH and not self.hold:
             self.flush()
 
     def flush(self) -> None:
+        """Send the buffered metrics without waiting for the store (hold mode: nothing, commit() sends)."""
         if not self.hold:
-            self.commit()
+            self._later(self._send, self.take_pending())
 
     def take_pending(self) -> list[tuple[str, float, int, int]]:
         """The buffered metrics as plain (key, value, timestamp, step) rows, removed from the buffer."""
-        rows = [(m.key, m.value, m.timestamp, m.step) for m in self._metrics]
-        self._metrics = []
+        rows, self._metrics = self._metrics, []
         return rows
 
     def send(self, rows: list[tuple[str, float, int, int]]) -> None:
+        """Store the rows; returns once they are stored."""
+        self._now(self._send, list(rows))
+
+    def _send(self, rows: list[tuple[str, float, int, int]]) -> None:
+        from mlflow.entities import Metric
+
         metrics = [Metric(*row) for row in rows]
         for i in range(0, len(metrics), BATCH):
-            self.client.log_batch(self.run_id, metrics=metrics[i : i + BATCH])
+            self._client.log_batch(self._run_id, metrics=metrics[i : i + BATCH])
 
     def commit(self) -> None:
         self.send(self.take_pending())
 
     def metric_at(self, key: str, step: int) -> float:
         """A logged value (e.g. the start-of-run evaluation, read back when resuming); NaN if absent."""
-        values = [m.value for m in self.client.get_metric_history(self.run_id, key) if m.step == step]
+        history = self._now(lambda: self._client.get_metric_history(self._run_id, key))
+        values = [m.value for m in history if m.step == step]
         return values[-1] if values else float("nan")
 
     # --- artifacts -----------------------------------------------------------------------------------------
     def log_text(self, text: str, path: str) -> None:
-        self.client.log_text(self.run_id, text, path)
+        self._later(lambda: self._client.log_text(self._run_id, text, path))
 
     def log_table(self, columns: Mapping[str, list], path: str) -> None:
-        self.client.log_table(self.run_id, data=dict(columns), artifact_file=path)
+        data = dict(columns)
+        self._later(lambda: self._client.log_table(self._run_id, data=data, artifact_file=path))
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def close(self, status: str = "FINISHED") -> None:
-        if status == "FINISHED" or not self.hold:  # held metrics of a failed run would be logged again on resume
-            self.commit()
-        self.client.set_terminated(self.run_id, status=status)
+        """Store what is buffered (unless a held run failed), mark the run, and wait for the thread to finish."""
+        rows = self.take_pending() if status == "FINISHED" or not self.hold else []
+        # held metrics of a failed run are not logged: they would be logged again on resume
+        try:
+            if self._opened.exception() is None:
+                self._later(self._send, rows).result()
+                self._later(lambda: self._client.set_terminated(self._run_id, status=status)).result()
+            self._raise_failure()
+        finally:
+            self._io.shutdown(wait=True)
 
     def __enter__(self) -> "Tracker":
         return self

@@ -33,7 +33,8 @@ async def sample(cfg, n: int) -> tuple[list, dict, Samplers]:
 
 def test_episodes_on_environment_workers_carry_every_turn_and_a_loss_mask():
     cfg = config()
-    assert plan_for(cfg)["env"].replicas == 2 and "reward" not in plan_for(cfg)["host"].services
+    plans = plan_for(cfg)
+    assert plans["env"].replicas == 2 and not any("reward" in plan.services for plan in plans.values())
     groups, metrics, s = asyncio.run(sample(cfg, 4))
     assert [g.problem for g in groups] == PROBLEMS and all(len(g.completions) == 4 for g in groups)
     assert metrics["generator/calls"] == 4 == s.chunks  # 2 generator replicas x 2 calls in flight

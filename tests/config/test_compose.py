@@ -110,6 +110,6 @@ def test_the_tool_experiment_is_multi_turn_on_the_tool_alphabet():
 
     config = validate(compose_cfg("experiment=tool_arithmetic"))
     assert config.model.alphabet == TOOL_ALPHABET and config.env.multi_turn and config.env.demonstrations > 0
-    host = plan_for(config)["host"].services
-    assert "env" in host and "reward" not in host  # environment workers score their own episodes
+    services = {name for plan in plan_for(config).values() for name in plan.services}
+    assert "env" in services and "reward" not in services  # environment workers score their own episodes
     assert not validate(compose_cfg()).env.multi_turn  # the default stays single-turn

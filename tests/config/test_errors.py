@@ -87,7 +87,7 @@ def test_cli_errors_are_one_line_with_the_closest_key_and_spawn_nothing(tmp_path
                                                      "of [tiny, qwen3, llama3]",
         ("dataset=jsonl", "dataset.train_path=data/{split}.jsonl"): "cannot parse the override",
         ("cluster=slurm", "+cluster.hosts.gpu=1"): "cluster.hosts.gpu: this run has no proc mesh 'gpu' (its meshes: "
-                                                  "trainer, generator, host)",
+                                                  "trainer, generator, controller)",
         ("cluster=slurmm",): "cluster=slurmm is not an option; did you mean cluster=slurm?",
     }
     for args, expected in cases.items():

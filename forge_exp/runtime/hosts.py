@@ -99,7 +99,7 @@ class ClusterHosts:
 
     async def placement(self) -> dict[str, Any]:
         """Where each process of the meshes on the cluster runs, asked of the processes themselves: {job: ...,
-        meshes: {name: [{rank, host, pid, slurm_job_id}, ...]}}."""
+        meshes: {name: [{rank, host, pid, slurm_job_id, command}, ...]}}."""
         meshes = {}
         for name, procs in self.spawned.items():
             probe = procs.spawn("whereabouts", Whereabouts)
@@ -152,7 +152,7 @@ class Whereabouts(Actor):
         from monarch.actor import current_rank
 
         return {"rank": current_rank().rank, "host": socket.gethostname(), "pid": os.getpid(),
-                "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+                "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "command": sys.orig_argv}
 
 
 # ---- SLURM --------------------------------------------------------------------------------------------------------

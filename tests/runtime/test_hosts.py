@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 
 import pytest
 
 from forge_exp.config.services import ServiceSpec, ServicesConfig
-from forge_exp.runtime.hosts import squeue_job
+from forge_exp.runtime.slurm_job import squeue_job
 from forge_exp.runtime.layout import plan_meshes
 from tests.conftest import ROOT
 from tests.launchers.fixtures import pid_alive
@@ -62,6 +64,15 @@ def test_meshes_spread_over_two_hosts_route_and_rank_as_on_one_then_stop():
     assert len(out["placement"]["meshes"]["generator"]) == 4
     # stop(): the proc meshes, then the host meshes and the job: no worker and no proc is left
     assert [p for p in [*workers.values(), *out["pids"]] if pid_alive(p)] == []
+
+
+def test_a_default_run_does_not_load_monarchs_job_api():
+    # monarch.job costs ~0.3 s of start-up: only cluster=slurm imports it (runtime/slurm_job.py)
+    probe = ("import sys, forge_exp.cli, forge_exp.runtime.services, forge_exp.runtime.hosts\n"
+             "print('monarch.job' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False"]
 
 
 # ---- squeue --json, as SLURM 22.05 and 23.02+ print it --------------------------------------------------------------

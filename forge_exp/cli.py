@@ -7,6 +7,7 @@ a mistake in the command line into one line naming the key, with the closest val
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -57,12 +58,18 @@ def run(cfg: DictConfig) -> float | None:
         from forge_exp.apps.preflight import check
 
         check(config)
+        if config.cluster.name == "slurm":  # the meshes' hosts come from a SLURM job: its controller must answer
+            from forge_exp.launch.sweep import slurm_problem
+
+            if problem := slurm_problem("cluster=slurm", "cluster=local"):
+                raise ValueError(problem)
     except ValueError as e:  # one clear line, before any process is spawned
         print(f"forge-exp: error: {e}", file=sys.stderr)
         sys.exit(2)
 
     from forge_exp.apps import run_app  # imports monarch: only after the config is known to be good
     from forge_exp.apps.checkpoint import latest
+    from forge_exp.runtime.hosts import hosts_for
     from forge_exp.runtime.layout import plan_for
     from forge_exp.runtime.services import Runtime
     from forge_exp.tracking.mlflow import Tracker, default_tracking_uri
@@ -87,7 +94,8 @@ def run(cfg: DictConfig) -> float | None:
     with tracker:
         tracker.log_params(resolved)
         tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")
-        runtime = Runtime(plan_for(config))
+        meshes = plan_for(config)
+        runtime = Runtime(meshes, hosts=hosts_for(config, meshes))  # hosts: None unless cluster=slurm
         summary = asyncio.run(_run(run_app, config, runtime, tracker, resume))
         tracker.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=config.steps)
     _print_summary(summary, tracker, time.time() - t0)
@@ -95,8 +103,13 @@ def run(cfg: DictConfig) -> float | None:
 
 
 async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
-    async with runtime:  # every proc mesh is stopped on success, error and Ctrl-C
-        return await run_app(config, runtime, tracker, resume)
+    async with runtime:  # every proc mesh (and a cluster job) is stopped on success, error and Ctrl-C
+        if runtime.hosts is not None:
+            tracker.set_tags({f"forge_exp.hosts.{k}": v for k, v in runtime.hosts.describe.items()})
+        summary = await run_app(config, runtime, tracker, resume)
+        if runtime.hosts is not None:  # where the meshes on the cluster ran, as their processes report it
+            tracker.log_text(json.dumps(await runtime.hosts.placement(), indent=1), "runtime/hosts.json")
+        return summary
 
 
 def _default_run_name(name: str) -> str:

@@ -1,6 +1,6 @@
 """The root config: the groups, plus what belongs to the run itself (steps, warm start, evaluation, tracking).
 
-The groups whose options differ in shape (model, algorithm, dataset, trainer, generator) are typed by each
+The groups whose options differ in shape (model, algorithm, dataset, trainer, generator, env, cluster) are typed by each
 option's own schema, named in that YAML's defaults list (`- /schema/model/tiny@_here_`); validate.py refuses a
 group node that has none.
 """
@@ -66,6 +66,7 @@ class ForgeConfig:
     env: Any = None  # config/env.py
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     services: ServicesConfig = field(default_factory=ServicesConfig)
+    cluster: Any = None  # config/cluster.py: where the meshes' hosts come from (this host, or a SLURM allocation)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

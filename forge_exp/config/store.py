@@ -7,6 +7,7 @@ from hydra.core.config_store import ConfigStore
 
 from forge_exp.config.algorithm import ALGORITHM_SCHEMAS, LOSS_SCHEMAS
 from forge_exp.config.backends import TitanTrainerConfig, TorchGenerator, TrainerBackend, VllmGenerator
+from forge_exp.config.cluster import CLUSTER_SCHEMAS
 from forge_exp.config.dataset import DATASET_SCHEMAS
 from forge_exp.config.env import ENV_SCHEMAS
 from forge_exp.config.model import MODEL_SCHEMAS
@@ -20,6 +21,7 @@ SCHEMAS = {
     "env": ENV_SCHEMAS,
     "trainer": {"hf": TrainerBackend, "titan": TitanTrainerConfig},
     "generator": {"torch": TorchGenerator, "vllm": VllmGenerator},
+    "cluster": CLUSTER_SCHEMAS,
 }
 # reward, services and parallelism have one shape each: the root schema types them (config/run.py)
 

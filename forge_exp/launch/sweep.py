@@ -138,25 +138,30 @@ def launcher_problem(config: DictConfig) -> str | None:
     target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
     if not target.endswith("SlurmLauncher"):
         return None
-    if "slurm" not in _PROBED:
-        _PROBED["slurm"] = _probe_slurm()
-    return _PROBED["slurm"]
+    return slurm_problem("hydra/launcher=submitit_slurm", "hydra/launcher=submitit_local")
 
 
 _PROBED: dict[str, str | None] = {}
 
 
-def _probe_slurm() -> str | None:
-    fix = ('on this machine start the development SLURM with eval "$(bash launchers/slurm/start.sh)", or use '
-           "hydra/launcher=submitit_local")
+def slurm_problem(needed_by: str, instead: str) -> str | None:
+    """Why SLURM cannot take a job from this machine, in one line that names what needs it (`needed_by`) and what
+    to use `instead`, or None. The SLURM clients are asked once per process."""
+    if needed_by not in _PROBED:
+        _PROBED[needed_by] = _probe_slurm(needed_by, instead)
+    return _PROBED[needed_by]
+
+
+def _probe_slurm(needed_by: str, instead: str) -> str | None:
+    fix = f'on this machine start the development SLURM with eval "$(bash launchers/slurm/start.sh)", or use {instead}'
     if shutil.which("sbatch") is None:
-        return f"hydra/launcher=submitit_slurm needs SLURM's sbatch on PATH and there is none here; {fix}"
+        return f"{needed_by} needs SLURM's sbatch on PATH and there is none here; {fix}"
     try:
         probe = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=15)
         answered, why = probe.returncode == 0, (probe.stderr.strip().splitlines() or ["no output"])[-1]
     except (OSError, subprocess.TimeoutExpired) as e:
         answered, why = False, str(e)
-    return None if answered else f"hydra/launcher=submitit_slurm: no SLURM controller answers ({why}); {fix}"
+    return None if answered else f"{needed_by}: no SLURM controller answers ({why}); {fix}"
 
 
 def run_name(overrides: list[str], swept: list[str]) -> str | None:

@@ -2,6 +2,7 @@
 
 One proc mesh per entry of `plan_meshes`, shaped {"replicas": R, "procs": P}. Colocated services spawn onto the
 same mesh (so on `services=single_gpu` the trainer, reference model and generator share one process and one GPU).
+A mesh on cluster nodes (cluster=slurm) is spawned on its hosts in the run's job instead (runtime/hosts.py).
 `route()` reaches one replica (round-robin), `fanout()` all of them. A collective service (a sharded trainer: one
 torch.distributed world over its processes, which `spawn_collective` sets up) is called on every process of the
 replica at once; `call_one` then returns rank 0's answer.
@@ -12,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monarch.actor import ProcMesh, this_host, this_proc
 
 from forge_exp.config.services import CONTROLLER
 from forge_exp.runtime.bootstrap import bootstrap_command
 from forge_exp.runtime.layout import MeshPlan
+
+if TYPE_CHECKING:
+    from forge_exp.runtime.hosts import ClusterHosts
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +55,17 @@ class Service:
 class Runtime:
     """Owns every proc mesh of a run; `stop()` (also via `async with`) ends all of them."""
 
-    def __init__(self, meshes: dict[str, MeshPlan]):
+    def __init__(self, meshes: dict[str, MeshPlan], hosts: "ClusterHosts | None" = None):
         self.plans = meshes
+        self.hosts = hosts  # cluster=slurm: the hosts of the meshes on cluster nodes (they own those meshes)
         self.procs: dict[str, ProcMesh] = {}
         self.worlds: dict[str, Any] = {}  # torch.distributed worlds over a mesh (spawn_collective)
 
     def _mesh_for(self, service: str) -> tuple[MeshPlan, ProcMesh]:
         for plan in self.plans.values():
             if service in plan.services:
+                if plan.nodes:  # cluster=slurm: on the mesh's hosts in the run's job, with the same bootstrap
+                    return plan, self.hosts.procs(plan, bootstrap_command())
                 if plan.name not in self.procs:
                     self.procs[plan.name] = this_host().spawn_procs(
                         per_host={"replicas": plan.replicas, "procs": plan.spawn_procs}, name=plan.name,
@@ -88,7 +95,8 @@ class Runtime:
         if plan.replicas != 1:
             raise ValueError(f"services.{service}.replicas must be 1 for a sharded {service}")
         devices = [d for replica in plan.devices for d in replica]
-        self.worlds[plan.name] = await init_torch_world(procs, backend, devices if plan.gpus else None)
+        self.worlds[plan.name] = await init_torch_world(procs, backend, devices if plan.gpus else None,
+                                                        local_world_size=plan.procs_per_host)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
         return Service(service, actors, plan.replicas, collective=True)
 
@@ -116,8 +124,13 @@ class Runtime:
         errors += [f"{name}: {r}" for name, r in zip(procs, results) if isinstance(r, Exception)]
         if errors:
             log.warning("errors while stopping proc meshes: %s", "; ".join(errors))
+        # -- then the cluster (cluster=slurm): its proc meshes, its host meshes, then the job itself ---------------
+        if self.hosts is not None:
+            await self.hosts.stop()
 
     async def __aenter__(self) -> "Runtime":
+        if self.hosts is not None:
+            await self.hosts.start()  # ends the job itself if it fails: __aexit__ does not run then
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -30,12 +30,14 @@ from monarch.actor import Actor, current_rank, current_size, endpoint
 class TorchWorld(Actor):
     """One per process of the mesh: joins (and later leaves) the process's default torch.distributed group."""
 
-    def __init__(self):
+    def __init__(self, local_world_size: int | None = None):
         point, sizes = current_rank(), current_size()  # at spawn: this process's place in the whole mesh
         self.rank = point.rank
         self.world_size = math.prod(sizes.values())
-        last = point.extent.labels[-1]  # the innermost dimension ("procs"): processes of one host
-        self.local_rank, self.local_world_size = point[last], sizes[last]
+        # processes of one host: the innermost dimension ("procs"), unless the mesh spans hosts (runtime/hosts.py:
+        # ranks are hosts-major, `local_world_size` per host)
+        self.local_world_size = local_world_size or sizes[point.extent.labels[-1]]
+        self.local_rank = self.rank % self.local_world_size
         self._store: dist.TCPStore | None = None
 
     @endpoint
@@ -80,12 +82,14 @@ class TorchWorld(Actor):
 
 
 async def init_torch_world(
-    procs: Any, backend: str = "gloo", devices: list[str] | None = None, timeout_s: float = 300.0
+    procs: Any, backend: str = "gloo", devices: list[str] | None = None, timeout_s: float = 300.0,
+    local_world_size: int | None = None,
 ) -> Any:
     """Initialise one torch.distributed world over every process of the Monarch proc mesh `procs`; returns the
     TorchWorld actor mesh (keep it for `close_torch_world`). `devices`: one device string per process, in rank
-    order, set as each process's CUDA device (nccl)."""
-    world = procs.spawn("torch_world", TorchWorld)
+    order, set as each process's CUDA device (nccl). `local_world_size`: processes per host, when the mesh spans
+    hosts (default: the size of its innermost dimension)."""
+    world = procs.spawn("torch_world", TorchWorld, local_world_size)
     addresses = [a for a in (await world.open_store.call(timeout_s)).values() if a is not None]
     if len(addresses) != 1:
         raise RuntimeError(f"expected one rendezvous store (rank 0), got {len(addresses)}")

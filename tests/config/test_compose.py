@@ -12,7 +12,7 @@ from forge_exp.config.model import PretrainedModel, TinyModel
 from forge_exp.config.validate import validate
 from tests.config.helpers import compose_cfg, options
 
-GROUPS = ["model", "algorithm", "reward", "dataset", "parallelism", "services", "trainer", "generator"]
+GROUPS = ["model", "algorithm", "reward", "dataset", "parallelism", "services", "cluster", "trainer", "generator"]
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
@@ -37,6 +37,7 @@ def test_the_embedded_default_is_the_tiny_experiment():
     c = validate(compose_cfg())
     assert isinstance(c.model, TinyModel) and isinstance(c.dataset, ArithmeticDataset)
     assert (c.steps, c.services.name, c.trainer.name, c.generator.name) == (250, "cpu", "hf", "torch")
+    assert c.cluster.name == "local"  # every mesh on this host
     a = c.algorithm
     # the tiny model's settings, from model_algorithm/tiny_grpo.yaml
     assert (a.name, a.lr, a.prompts_per_step, a.group_size, a.dynamic_sampling, a.beta) == (

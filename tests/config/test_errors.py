@@ -56,6 +56,16 @@ from tests.config.helpers import compose_cfg, error_lines, run_cli
         ("+algorithm.bta=0.04", r"^algorithm\.bta is not a config key; did you mean algorithm\.beta \(= algorithm\.loss\.beta\)\?"),
         ("+algorithm.loss.clip_hi=0.3", r"^algorithm\.loss\.clip_hi is not a config key; did you mean algorithm\.clip_high"),
         ("+foo=1", r"^foo is not a config key"),
+        ("cluster=slurm cluster.hosts.trainer=0", r"^cluster\.hosts\.trainer must be >= 1 \(nodes of the allocation\)"),
+        ("cluster=slurm ~cluster.hosts.trainer", r"^cluster\.hosts must name at least one proc mesh"),
+        ("cluster=slurm cluster.port=70000", r"^cluster\.port must be in \[1, 65535\]"),
+        ("cluster=slurm cluster.timeout_min=0", r"^cluster\.timeout_min must be >= 1"),
+        ("cluster=slurm cluster.job_start_timeout_s=0", r"^cluster\.job_start_timeout_s must be >= 1"),
+        ("cluster=slurm cluster.cpus_per_node=0", r"^cluster\.cpus_per_node must be >= 1"),
+        ('cluster=slurm cluster.sbatch_args=["mem=4G"]', r"^cluster\.sbatch_args must be sbatch options such as "
+                                                      r"--mem=64G, got 'mem=4G'"),
+        ("cluster=slurm cluster.python=", r"^cluster\.python must be set"),
+        ("+cluster.partition=gpu", r"^cluster\.partition is not a config key"),  # cluster=local has none
     ],
 )
 def test_bad_values_are_one_error_naming_the_key(override, message):
@@ -77,6 +87,9 @@ def test_cli_errors_are_one_line_with_the_closest_key_and_spawn_nothing(tmp_path
         ("env=calculator", "env.chat_format=chatml"): "env.chat_format=chatml: Invalid value 'chatml', expected one "
                                                      "of [tiny, qwen3, llama3]",
         ("dataset=jsonl", "dataset.train_path=data/{split}.jsonl"): "cannot parse the override",
+        ("cluster=slurm", "+cluster.hosts.gpu=1"): "cluster.hosts.gpu: this run has no proc mesh 'gpu' (its meshes: "
+                                                  "trainer, generator, controller)",
+        ("cluster=slurmm",): "cluster=slurmm is not an option; did you mean cluster=slurm?",
     }
     for args, expected in cases.items():
         r = run_cli(*args, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
@@ -86,13 +99,18 @@ def test_cli_errors_are_one_line_with_the_closest_key_and_spawn_nothing(tmp_path
     assert not (tmp_path / "mlruns").exists()  # nothing ran: no MLflow store either
 
 
-def test_slurm_launcher_without_a_controller_is_one_line_and_creates_no_run(tmp_path):
+def test_slurm_without_a_controller_is_one_line_and_creates_no_run(tmp_path):
     env = {**os.environ, "PATH": os.path.dirname(os.sys.executable)}  # no sbatch on this PATH
     r = run_cli("-m", "algorithm.beta=0,0.04", "hydra/launcher=submitit_slurm", f"hydra.sweep.dir={tmp_path}/s",
                 env=env, cwd=tmp_path)
     err = error_lines(r)
     assert r.returncode == 2 and len(err) == 1, r.stderr
     assert "needs SLURM's sbatch on PATH" in err[0] and "launchers/slurm/start.sh" in err[0]
+    assert not (tmp_path / "mlruns").exists()
+    r = run_cli("cluster=slurm", f"hydra.run.dir={tmp_path}/run", env=env, cwd=tmp_path)  # the meshes' hosts too
+    err = error_lines(r)
+    assert r.returncode == 2 and len(err) == 1, r.stderr
+    assert err[0].startswith("forge-exp: error: cluster=slurm needs SLURM's sbatch on PATH") and "cluster=local" in err[0]
     assert not (tmp_path / "mlruns").exists()
 
 

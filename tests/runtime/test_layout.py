@@ -84,3 +84,64 @@ def test_bad_service_values_name_the_key():
         services("cpu", **{"generator.gpus": 2})
     with pytest.raises(ValueError, match=r"^trainer.replicas must be 1"):
         services("cpu", **{"trainer.replicas": 2})
+
+
+# ---- meshes on cluster nodes (cluster.hosts) ------------------------------------------------------------------------
+
+
+def test_a_mesh_on_cluster_nodes_numbers_its_own_gpus_and_leaves_this_hosts_to_the_others():
+    meshes = plan_meshes(services("multi_gpu"), needed_services(beta=0.04), hosts={"trainer": 1})
+    assert meshes["trainer"].nodes == 1 and meshes["generator"].nodes == 0
+    assert device_of(meshes, "trainer") == [["cuda:0"]]  # GPU 0 of its SLURM node
+    assert device_of(meshes, "generator") == [["cuda:0"]]  # this host's GPU 0: the trainer is not here
+    assert gpus_needed(meshes) == 1
+    check_gpus(meshes, available=1)
+
+
+def test_replicas_spread_over_nodes_each_numbering_from_gpu0():
+    meshes = plan_meshes(services("three_gpu", **{"generator.replicas": 4}), needed_services(beta=0.0),
+                         hosts={"generator": 2})
+    gen = meshes["generator"]
+    assert gen.per_host == {"replicas": 2, "procs": 1} and gen.procs_per_host == 2
+    assert gen.devices == [["cuda:0"], ["cuda:1"], ["cuda:0"], ["cuda:1"]]  # hosts-major: replicas 0, 1 on host 0
+    assert gpus_needed(meshes) == 1  # the trainer, here
+
+
+def test_one_replica_on_several_nodes_spreads_its_procs():
+    meshes = plan_meshes(services("multi_gpu", **{"trainer.procs": 4}), needed_services(beta=0.0),
+                         hosts={"trainer": 2})
+    trainer = meshes["trainer"]
+    assert trainer.per_host == {"replicas": 1, "procs": 2}
+    assert trainer.devices == [["cuda:0", "cuda:1", "cuda:0", "cuda:1"]]
+
+
+def test_the_default_layout_is_planned_as_before():
+    before = plan_meshes(services("three_gpu"), needed_services(beta=0.04))
+    assert all(p.nodes == 0 and p.per_host == {"replicas": p.replicas, "procs": p.spawn_procs}
+               for p in before.values())
+    assert before == plan_meshes(services("three_gpu"), needed_services(beta=0.04), hosts={})
+
+
+@pytest.mark.parametrize("layout,overrides,hosts,message", [
+    ("cpu", {}, {"gpu": 1}, r"^cluster\.hosts\.gpu: this run has no proc mesh 'gpu' \(its meshes: trainer, "
+                            r"generator, controller\)"),
+    ("cpu", {}, {"controller": 1}, r"^cluster\.hosts\.controller: the 'controller' mesh is the controller's own "
+                                   r"process \(services\.reward, .*\), which stays on this host"),
+    ("three_gpu", {}, {"ref_model": 1}, r"^cluster\.hosts\.ref_model: this run has no proc mesh"),  # beta == 0
+    ("three_gpu", {"generator.replicas": 3}, {"generator": 2},
+     r"^cluster\.hosts\.generator=2: mesh 'generator' has 3 replica\(s\) of 1 proc\(s\) \(services\.generator\), "
+     r"which do not spread evenly over 2 hosts"),
+    ("multi_gpu", {"trainer.procs": 3}, {"trainer": 2}, r"^cluster\.hosts\.trainer=2: .* do not spread evenly"),
+])
+def test_hosts_that_do_not_fit_the_layout_are_one_error_naming_the_key(layout, overrides, hosts, message):
+    with pytest.raises(ValueError, match=message):
+        plan_meshes(services(layout, **overrides), needed_services(beta=0.0), hosts=hosts)
+
+
+def test_a_replica_whose_engine_drives_its_devices_stays_on_one_host():
+    spec = services("three_gpu", **{"generator.procs": 2})
+    with pytest.raises(ValueError, match=r"cluster\.hosts\.generator=2: .*stays on one host"):
+        plan_meshes(spec, needed_services(beta=0.0), frozenset({"generator"}), hosts={"generator": 2})
+    meshes = plan_meshes(spec, needed_services(beta=0.0), frozenset({"generator"}), hosts={"generator": 1})
+    assert meshes["generator"].per_host == {"replicas": 1, "procs": 1}
+    assert meshes["generator"].devices == [["cuda:0", "cuda:1"]]

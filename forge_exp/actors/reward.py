@@ -33,3 +33,8 @@ class RewardWorker(Actor):
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
         return groups, {f"reward/{k}": v / max(count, 1) for k, v in sums.items()}
+
+    @endpoint
+    async def errors(self) -> dict[str, str]:
+        """Each reward function's latest failure (what a run stopped for a failing reward reports)."""
+        return dict(self.reward.last_errors)

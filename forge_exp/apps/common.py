@@ -15,8 +15,13 @@ from forge_exp.runtime.services import Service
 
 
 async def evaluate(cfg, generator: Service, reward: Service, problems: list[Problem], step: int) -> dict[str, float]:
-    """Greedy accuracy on the held-out problems; with eval.pass_k > 1 also pass@k at eval.temperature."""
+    """Greedy accuracy on the held-out problems; with eval.pass_k > 1 also pass@k at eval.temperature (seeded by
+    the run's seed and the step). No held-out problems (dataset.eval_size=0): no metrics."""
+    from forge_exp.apps.checkpoint import rollout_seed
+
     out: dict[str, float] = {}
+    if not problems:
+        return out
     groups, _ = await generator.route().generate.call_one(problems, 1, 0.0, 1.0, cfg.dataset.max_new_tokens)
     groups, _ = await reward.route().score.call_one(groups)
     out["eval/accuracy"] = statistics.fmean(float(g.correct[0]) for g in groups)
@@ -24,7 +29,8 @@ async def evaluate(cfg, generator: Service, reward: Service, problems: list[Prob
     k = cfg.eval.pass_k
     if k > 1:
         groups, _ = await generator.route().generate.call_one(
-            problems, k, cfg.eval.temperature, 1.0, cfg.dataset.max_new_tokens
+            problems, k, cfg.eval.temperature, 1.0, cfg.dataset.max_new_tokens,
+            seed=rollout_seed(cfg.seed, -1 - step, 0),  # (negative batches: the evaluations' own seeds)
         )
         groups, _ = await reward.route().score.call_one(groups)
         out[f"eval/pass_at_{k}"] = statistics.fmean(  # pass@k; MLflow refuses '@' in a metric name
@@ -77,3 +83,9 @@ async def warm_start(cfg, trainer: Service, dataset: Service) -> dict[str, float
     ws = cfg.model.warmstart
     problems = await dataset.route().sample.call_one(ws.steps * ws.batch_size)
     return await trainer.route().warm_start.call_one(problems, ws, str(warm_start_dir(cfg)))
+
+
+async def skip_warm_start(cfg, dataset: Service) -> None:
+    """Draw the problems a warm start takes, and drop them (its weights came from the cache)."""
+    ws = cfg.model.warmstart
+    await dataset.route().sample.call_one(ws.steps * ws.batch_size)

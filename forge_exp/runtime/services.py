@@ -9,6 +9,7 @@ replica at once; `call_one` then returns rank 0's answer.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from monarch.actor import ProcMesh, this_host
 
 from forge_exp.runtime.layout import MeshPlan
+from forge_exp.runtime.supervision import Supervisor, configure_monarch
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +45,23 @@ class Service:
 
 
 class Runtime:
-    """Owns every proc mesh of a run; `stop()` (also via `async with`) ends all of them."""
+    """Owns every proc mesh of a run; `stop()` (also via `async with`) ends all of them. Inside `async with`, a
+    service that dies or fails to start ends `supervise(work)` with one ServiceFailed (runtime/supervision.py)."""
 
     def __init__(self, meshes: dict[str, MeshPlan]):
+        configure_monarch()
         self.plans = meshes
         self.procs: dict[str, ProcMesh] = {}
         self.worlds: dict[str, Any] = {}  # torch.distributed worlds over a mesh (spawn_collective)
+        self.supervisor = Supervisor()
 
     def _mesh_for(self, service: str) -> tuple[MeshPlan, ProcMesh]:
         for plan in self.plans.values():
             if service in plan.services:
                 if plan.name not in self.procs:
                     self.procs[plan.name] = this_host().spawn_procs(
-                        per_host={"replicas": plan.replicas, "procs": plan.spawn_procs}, name=plan.name
+                        per_host={"replicas": plan.replicas, "procs": plan.spawn_procs}, name=plan.name,
+                        bootstrap_command=_service_process(),
                     )
                 return plan, self.procs[plan.name]
         raise KeyError(f"service '{service}' is not in the services layout")
@@ -90,20 +96,38 @@ class Runtime:
             except Exception as e:  # keep stopping the rest
                 errors.append(f"{name} torch world: {e}")
             self.worlds.pop(name, None)
-        for name, procs in list(self.procs.items()):
-            try:
-                await procs.stop()
-            except Exception as e:  # keep stopping the others
-                errors.append(f"{name}: {e}")
-            self.procs.pop(name, None)
+        meshes = list(self.procs.items())
+        self.procs.clear()
+        # together: each takes seconds (its actors' cleanup), and a failed run should end promptly
+        stopped = await asyncio.gather(*(procs.stop() for _, procs in meshes), return_exceptions=True)
+        errors += [f"{name}: {e}" for (name, _), e in zip(meshes, stopped) if isinstance(e, BaseException)]
         if errors:
             log.warning("errors while stopping proc meshes: %s", "; ".join(errors))
 
+    async def supervise(self, work):
+        """Await the app; a service failure cancels it and is raised instead (ServiceFailed)."""
+        return await self.supervisor.run(work)
+
     async def __aenter__(self) -> "Runtime":
+        self.supervisor.install()
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await self.stop()
+        self.supervisor.closing = True  # the meshes are stopped on purpose now
+        try:
+            await self.stop()
+        finally:
+            self.supervisor.uninstall()
+
+
+def _service_process():
+    """Monarch's bootstrap command, through runtime/proc_main.py: the process ignores the stop signals."""
+    from monarch.actor import default_bootstrap_cmd
+
+    cmd = default_bootstrap_cmd()
+    if cmd.args[-1:] == ["monarch._src.actor.bootstrap_main"]:  # (a packaged binary keeps its own entry point)
+        cmd.args = [*cmd.args[:-1], "forge_exp.runtime.proc_main"]
+    return cmd
 
 
 class _EveryProcess:

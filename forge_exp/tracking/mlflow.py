@@ -1,11 +1,14 @@
 """MLflow logging for one experiment run: params from the flattened config, batched metrics, artifacts.
 
 Only apps/ and cli.py use this module. Metrics are buffered and sent with `log_batch`: a single `log_metric` call
-costs ~20 ms on a sqlite store, which would dominate a fast CPU step.
+costs ~20 ms on a sqlite store, which would dominate a fast CPU step. A batch the store refuses or does not answer
+(a server restarting) is kept, on disk when the run has a directory, and sent again on the next flush; the run goes
+on. tracking/store.py creates the store, probes it, and closes what a dead controller left RUNNING.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -17,11 +20,18 @@ from typing import Any, Mapping
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from forge_exp.tracking.store import (  # noqa: F401 — ensure_store: the sweep callback's too
+    SPOOL_FILE, Ownership, create_experiment, ensure_store, read_spool, store_lock, wait_for, write_spool,
+)
+
+log = logging.getLogger(__name__)
 MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
 BATCH = 900  # metrics per log_batch call (MLflow accepts up to 1000)
 # MLflow 3's UI opens an experiment on its GenAI pages (traces) unless the experiment says it holds training runs
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
+RETRY_S = (5, 10, 30, 60)  # after a failed send, wait this long (then the next) before trying again
+CLOSE_WAIT_S = 60.0  # at the end, how long to keep trying to reach the store before leaving it to the next start
 
 
 def default_tracking_uri(root: str | os.PathLike | None = None) -> str:
@@ -30,16 +40,6 @@ def default_tracking_uri(root: str | os.PathLike | None = None) -> str:
         return os.environ["MLFLOW_TRACKING_URI"]
     root = Path(root or os.getcwd()) / "mlruns"
     return f"sqlite:///{root.resolve()}/mlflow.db"
-
-
-def ensure_store(uri: str) -> None:
-    """Create a local store once, before any worker logs: several processes creating a fresh sqlite store at once
-    corrupt it. Opening the client creates and migrates the tables."""
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    MlflowClient(uri).search_experiments(max_results=1)
 
 
 def _artifact_root(uri: str) -> str | None:
@@ -62,7 +62,8 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class Tracker:
-    """One MLflow run. Use as a context manager so the run is marked FAILED/KILLED when the app raises."""
+    """One MLflow run. Use as a context manager so the run is marked FAILED/KILLED when the app raises (an
+    exception may say which with a `run_status` attribute, and `str()` of it is kept in the tag forge_exp.error)."""
 
     def __init__(
         self,
@@ -73,21 +74,22 @@ class Tracker:
         run_id: str | None = None,
         parent_run_id: str | None = None,
         hold: bool = False,
+        run_dir: str | os.PathLike | None = None,
+        close_wait_s: float = CLOSE_WAIT_S,
     ):
         """hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once the checkpoint
-        that covers their steps is on disk, so a resumed run logs no step twice."""
+        that covers their steps is on disk, so a resumed run logs no step twice. `run_dir`: where the run claims
+        its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take."""
         ensure_store(uri)
         self.uri = uri
         self.client = MlflowClient(uri)
-        exp = self.client.get_experiment_by_name(experiment)
-        if exp is None:
-            exp_id = self.client.create_experiment(experiment, artifact_location=_artifact_root(uri),
-                                                   tags=EXPERIMENT_KIND)
-        else:
-            exp_id = exp.experiment_id
-            if not set(EXPERIMENT_KIND.items()) <= set(exp.tags.items()):  # a store made before this tag existed
-                for k, v in EXPERIMENT_KIND.items():
-                    self.client.set_experiment_tag(exp_id, k, v)
+        with store_lock(uri):  # several runs starting at once on a new store: one creates the experiment
+            exp_id = create_experiment(self.client, experiment, artifact_location=_artifact_root(uri),
+                                       tags=EXPERIMENT_KIND)
+        exp = self.client.get_experiment(exp_id)
+        if not set(EXPERIMENT_KIND.items()) <= set(exp.tags.items()):  # a store made before this tag existed
+            for k, v in EXPERIMENT_KIND.items():
+                self.client.set_experiment_tag(exp_id, k, v)
         self.experiment_id = exp_id
         all_tags = dict(tags or {})
         if parent_run_id:
@@ -101,6 +103,13 @@ class Tracker:
         self.run_id = run_id
         self.hold = hold
         self._metrics: list[Metric] = []
+        self.owner = Ownership(run_dir) if run_dir is not None else None
+        self.spool = Path(run_dir) / SPOOL_FILE.format(run_id=run_id) if run_dir is not None else None
+        self._unsent: list[tuple] = read_spool(self.spool) if self.spool else []  # rows the store did not take
+        self._retry_at, self._failures = 0.0, 0
+        self.close_wait_s = close_wait_s
+        if self.owner is not None:
+            self.owner.claim(uri, run_id)
 
     # --- params / tags -------------------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -140,10 +149,41 @@ class Tracker:
         self._metrics = []
         return rows
 
-    def send(self, rows: list[tuple[str, float, int, int]]) -> None:
+    def send(self, rows: list[tuple[str, float, int, int]]) -> bool:
+        """Send rows (after any still unsent). If the store does not take them they are kept (and spooled to
+        disk) and tried again on a later send; returns whether everything has been sent."""
+        self._unsent.extend(rows)
+        if not self._unsent or time.monotonic() < self._retry_at:
+            self._save_unsent()
+            return not self._unsent
+        try:
+            self._send(self._unsent)
+        except Exception as e:  # noqa: BLE001 — a store that is down or refuses: keep the rows, carry on
+            self._retry_at = time.monotonic() + RETRY_S[min(self._failures, len(RETRY_S) - 1)]
+            self._failures += 1
+            if self._failures == 1:
+                log.warning("MLflow at %s did not take %d metric rows (%s: %s); they are kept and sent again",
+                            self.uri, len(self._unsent), type(e).__name__, str(e).splitlines()[0][:200])
+            self._save_unsent()
+            return False
+        if self._failures:
+            log.warning("MLflow at %s answers again: %d kept metric rows sent", self.uri, len(self._unsent))
+        self._unsent, self._failures, self._retry_at = [], 0, 0.0
+        self._save_unsent()
+        return True
+
+    def _send(self, rows: list[tuple]) -> None:
         metrics = [Metric(*row) for row in rows]
         for i in range(0, len(metrics), BATCH):
             self.client.log_batch(self.run_id, metrics=metrics[i : i + BATCH])
+
+    def _save_unsent(self) -> None:
+        if self.spool is not None and (self._unsent or self.spool.exists()):
+            write_spool(self.spool, self._unsent)
+
+    @property
+    def unsent(self) -> int:
+        return len(self._unsent)
 
     def commit(self) -> None:
         self.send(self.take_pending())
@@ -161,10 +201,39 @@ class Tracker:
         self.client.log_table(self.run_id, data=dict(columns), artifact_file=path)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
-    def close(self, status: str = "FINISHED") -> None:
+    def close(self, status: str = "FINISHED", wait_s: float | None = None) -> bool:
+        """Send what is left and set the final status, trying for up to wait_s while the store does not answer;
+        if it still does not, the status and the rows are left in the run dir for the next start (reconcile).
+        Returns whether MLflow has everything."""
         if status == "FINISHED" or not self.hold:  # held metrics of a failed run would be logged again on resume
-            self.commit()
-        self.client.set_terminated(self.run_id, status=status)
+            rows = self.take_pending()
+        else:
+            rows = []
+        self._unsent.extend(rows)
+        self._retry_at = 0.0
+
+        def finish() -> None:
+            if self._unsent:
+                self._send(self._unsent)
+                self._unsent = []
+            self.client.set_terminated(self.run_id, status=status)
+
+        wait_s = self.close_wait_s if wait_s is None else wait_s
+        try:
+            wait_for(finish, wait_s)
+        except Exception as e:  # noqa: BLE001
+            self._save_unsent()
+            if self.owner is not None:
+                self.owner.pending(status)
+            where = f"; {self.spool.parent} keeps them for the next start there" if self.owner else ""
+            print(f"forge-exp: warning: MLflow at {self.uri} did not answer for {wait_s:.0f} s ({type(e).__name__}):"
+                  f" run {self.run_id} is not marked {status}, {len(self._unsent)} metric rows unsent{where}",
+                  file=sys.stderr)
+            return False
+        self._save_unsent()
+        if self.owner is not None:
+            self.owner.release()
+        return True
 
     def __enter__(self) -> "Tracker":
         return self
@@ -172,10 +241,13 @@ class Tracker:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close("FINISHED")
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.close("KILLED")
-        else:
-            self.close("FAILED")
+            return
+        status = getattr(exc, "run_status", None) or ("KILLED" if issubclass(exc_type, KeyboardInterrupt) else
+                                                      "FAILED")
+        with contextlib.suppress(Exception):  # the error is what matters; MLflow may be the thing that is down
+            self.client.set_tag(self.run_id, "forge_exp.error" if status == "FAILED" else "forge_exp.stop",
+                                (str(exc) or exc_type.__name__).splitlines()[0][:5000])
+        self.close(status)
 
     def run_url(self) -> str:
         base = self.uri.rstrip("/") if self.uri.startswith(("http://", "https://")) else UI

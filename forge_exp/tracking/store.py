@@ -181,10 +181,12 @@ def controller_alive(state: dict) -> bool:
 
 def reconcile(run_dir: str | os.PathLike) -> str | None:
     """Close what a previous controller of this run dir left open; returns a line saying what was done, or None.
-    A live controller's run is left alone."""
+    The run of a controller still at work (alive, not given up on MLflow, not this process) is left alone."""
     owner = Ownership(run_dir)
     state = owner.read()
-    if state is None or controller_alive(state):
+    if state is None:
+        return None
+    if controller_alive(state) and not state.get("final_status") and state.get("pid") != os.getpid():
         return None
     from mlflow.tracking import MlflowClient
 

@@ -95,22 +95,22 @@ def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
     if removed := clean_partial(config.checkpoint.dir):
         log.warning("removed partial checkpoints left by an interrupted save: %s", ", ".join(removed))
     resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    tracker = Tracker(
-        uri,
-        config.tracking.experiment,
-        run_name=config.tracking.run_name or _default_run_name(config.name),
-        tags=_run_tags(),
-        # a sweep job: the sweep's parent run, exported by forge_exp.launch.sweep.SweepTracker (hydra.callbacks)
-        parent_run_id=config.tracking.parent_run_id or os.environ.get("FORGE_EXP_PARENT_RUN_ID"),
-        run_id=resume.run_id if resume else None,
-        hold=config.checkpoint.every > 0,
-        run_dir=config.output_dir,
-        close_wait_s=config.tracking.close_wait_s,
-    )
-    if resume and not resume.flushed:  # the run died between writing the checkpoint and logging its metrics
-        if tracker.send(resume.pending_metrics):
-            resume.mark_flushed()
     try:
+        tracker = Tracker(
+            uri,
+            config.tracking.experiment,
+            run_name=config.tracking.run_name or _default_run_name(config.name),
+            tags=_run_tags(),
+            # a sweep job: the sweep's parent run, exported by forge_exp.launch.sweep.SweepTracker (hydra.callbacks)
+            parent_run_id=config.tracking.parent_run_id or os.environ.get("FORGE_EXP_PARENT_RUN_ID"),
+            run_id=resume.run_id if resume else None,
+            hold=config.checkpoint.every > 0,
+            run_dir=config.output_dir,
+            close_wait_s=config.tracking.close_wait_s,
+        )
+        if resume and not resume.flushed:  # the run died between writing the checkpoint and logging its metrics
+            if tracker.send(resume.pending_metrics):
+                resume.mark_flushed()
         with tracker:
             tracker.log_params(resolved)
             tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")

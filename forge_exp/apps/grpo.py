@@ -182,7 +182,8 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
         if cfg.checkpoint.every and step > saved:
             await checkpoint(step)
         done = cfg.checkpoint.every and step > 0 and step == saved
-        return Stopped(STOP.requested, step, str(step_dir(cfg.checkpoint.dir, step)) if done else None)
+        return Stopped(STOP.requested, step, str(step_dir(cfg.checkpoint.dir, step)) if done else None,
+                       "checkpoint.every=0" if not cfg.checkpoint.every else "no step had finished")
 
     try:
         for step in range(first, cfg.steps + 1):

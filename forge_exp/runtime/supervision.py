@@ -201,6 +201,8 @@ class Supervisor:
     async def run(self, work: Awaitable[T]) -> T:
         """Await `work`; if a service fails first, cancel it and raise that failure. An exception `work` raises
         that names a service (a monarch error) is raised as ServiceFailed, the event's wording preferred."""
+        if self._failed is None:  # not installed (a Runtime used without `async with`): nothing to watch
+            return await work
         task = asyncio.ensure_future(work)
         try:
             await asyncio.wait([task, self._failed], return_when=asyncio.FIRST_COMPLETED)

@@ -108,3 +108,12 @@ def test_service_processes_leave_stop_signals_to_the_controller():
             return await runtime.supervise(svc.replica(0).stop_signals.call_one())
 
     assert asyncio.run(run()) == [str(signal.SIG_IGN)] * 3
+
+
+def test_monarch_is_configured_before_the_first_mesh():
+    """Dead processes are looked for every 2 s, and a mesh admin server would listen on loopback only."""
+    from monarch.config import get_global_config
+
+    Runtime(plan(1))
+    assert os.environ["HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY"] == "2s"
+    assert get_global_config()["mesh_admin_addr"] == "127.0.0.1:1729"

@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import forge_exp.launch.resources  # noqa: F401 — the resolvers conf/hydra/launcher/*.yaml use
-from forge_exp.apps.faults import EXIT_CONFIG, EXIT_FAILED, STOP, RunFailed, Stopped, stop_signals
+from forge_exp.apps.faults import EXIT_CONFIG, EXIT_FAILED, NOT_STARTED, STOP, RunFailed, Stopped, stop_signals
 from forge_exp.config.aliases import expand
 from forge_exp.config.store import register
 from forge_exp.config.validate import ConfigError, suggest, validate
@@ -138,9 +138,10 @@ async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
         async with runtime:  # every proc mesh is stopped on success, error, stop signal and Ctrl-C
             return await runtime.supervise(run_app(config, runtime, tracker, resume))
     except asyncio.CancelledError:
-        if STOP.requested:  # the step in flight did not end within the grace period
-            raise Stopped(STOP.requested, None, None, f"the step in flight did not end within "
-                          f"checkpoint.stop_grace_s={config.checkpoint.stop_grace_s:g}") from None
+        if STOP.requested:  # before the first step, or the step in flight did not end within the grace period
+            why = (f"the step in flight did not end within checkpoint.stop_grace_s={config.checkpoint.stop_grace_s:g}"
+                   if STOP.steps_started else NOT_STARTED)
+            raise Stopped(STOP.requested, None, None, why) from None
         raise
     except ServiceFailed:
         if STOP.requested:  # SLURM signalled every process of the job and a service went down with it

@@ -11,7 +11,8 @@
 
 A stop signal lets the step in flight finish (for up to checkpoint.stop_grace_s), checkpoints it when checkpoints
 are on, and ends the run; a resumed run (resume=true in the same run dir) continues from there. A second Ctrl-C
-stops at once. docs/reliability.md lists every fault, what the platform promises and the test that shows it.
+stops at once, and so does a signal before the loop's first step (building the services: nothing to keep yet) or in
+a loop that does not check for it (SFT, eval). docs/reliability.md lists every fault, what the platform promises and the test that shows it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
 STOP_SIGNALS = {signal.SIGTERM: 143, signal.SIGUSR2: 140, signal.SIGINT: 130}  # 128 + the signal's number
+NOT_STARTED = "the run had not started its steps"
 
 
 class Stopped(Exception):
@@ -39,6 +41,8 @@ class Stopped(Exception):
             where = f"after step {step}; checkpoint {checkpoint} (continue it with resume=true in the same run dir)"
         elif step is not None:
             where = f"after step {step}, with no checkpoint ({why or 'checkpoint.every=0'})"
+        elif why == NOT_STARTED:
+            where = f"before its first step ({why})"
         else:
             where = f"during a step, with no checkpoint ({why or 'the step did not end in time'})"
         super().__init__(f"stopped by {name}{' (preempted)' if signum == signal.SIGUSR2 else ''} {where}")
@@ -60,6 +64,7 @@ class StopRequest:
     loop checks it between steps); if the loop has not stopped `grace_s` after it, the run's task is cancelled."""
 
     signum: int | None = None
+    steps_started: bool = False  # set by a loop that checks `requested` between steps; before that, stop at once
     _task: asyncio.Task | None = None
     _grace: asyncio.TimerHandle | None = None
     _installed: dict[int, object] = field(default_factory=dict)  # signal → the Python handler it had before
@@ -71,7 +76,7 @@ class StopRequest:
     def install(self, grace_s: float) -> None:
         loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
-        self.signum = None
+        self.signum, self.steps_started = None, False
         for signum in STOP_SIGNALS:
             self._installed[signum] = signal.getsignal(signum)
             loop.add_signal_handler(signum, self._on_signal, signum, grace_s)
@@ -92,6 +97,9 @@ class StopRequest:
             self.force()
             return
         self.signum = signum
+        if not self.steps_started:  # starting up or no step loop (SFT, eval): nothing to finish first
+            self.force()
+            return
         print(f"forge-exp: {signal.Signals(signum).name}: stopping after the step in flight (at most {grace_s:.0f} s)"
               f"{'; Ctrl-C again to stop now' if signum == signal.SIGINT else ''}", file=sys.stderr, flush=True)
         self._grace = asyncio.get_running_loop().call_later(grace_s, self.force)
@@ -110,7 +118,7 @@ def stop_signals():
     Ctrl-C raises KeyboardInterrupt, so the run is marked KILLED instead of left RUNNING by a process that vanished."""
 
     def raise_stopped(signum, frame):
-        raise Stopped(signum, None, None, "the run had not started its steps")
+        raise Stopped(signum, None, None, NOT_STARTED)
 
     previous = {s: signal.signal(s, raise_stopped) for s in (signal.SIGTERM, signal.SIGUSR2)}
     try:

@@ -185,6 +185,7 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
         return Stopped(STOP.requested, step, str(step_dir(cfg.checkpoint.dir, step)) if done else None,
                        "checkpoint.every=0" if not cfg.checkpoint.every else "no step had finished")
 
+    STOP.steps_started = True  # from here a stop signal ends the run at a step boundary, with a checkpoint
     try:
         for step in range(first, cfg.steps + 1):
             t0 = time.perf_counter()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import pytest
 
-from forge_exp.apps.faults import STOP_SIGNALS, RewardWatch, StopRequest, Stopped
+from forge_exp.apps.faults import NOT_STARTED, STOP_SIGNALS, RewardWatch, StopRequest, Stopped
 
 
 def test_a_reward_failing_too_often_for_n_steps_in_a_row_is_caught_with_its_error():
@@ -35,6 +36,8 @@ def test_stopped_says_where_it_stopped_and_exits_128_plus_the_signal():
     assert "(preempted) after step 3, with no checkpoint (checkpoint.every=0)" in str(Stopped(signal.SIGUSR2, 3, None))
     assert Stopped(signal.SIGINT, None, None, "x").exit_code == 130 and str(Stopped(signal.SIGINT, None, None, "x")) \
         == "stopped by SIGINT during a step, with no checkpoint (x)"
+    assert str(Stopped(signal.SIGTERM, None, None, NOT_STARTED)) == \
+        "stopped by SIGTERM before its first step (the run had not started its steps)"
 
 
 @pytest.mark.parametrize("signum", list(STOP_SIGNALS))
@@ -44,6 +47,7 @@ def test_a_stop_signal_is_a_request_and_the_grace_period_cancels(signum):
     async def run(grace_s: float, steps: int) -> tuple[int | None, int, bool]:
         stop = StopRequest()
         stop.install(grace_s)
+        stop.steps_started = True
         done, cancelled = 0, False
         try:
             os.kill(os.getpid(), signum)
@@ -63,14 +67,18 @@ def test_a_stop_signal_is_a_request_and_the_grace_period_cancels(signum):
     assert requested == signum and done <= 2 and not cancelled
     assert signal.getsignal(signum) == before  # handed back as it was
 
-    async def slow_step():  # a step that does not end: the grace period cancels the run
+    async def slow_step(started: bool):  # a step that does not end (or a start-up): the run is cancelled
         stop = StopRequest()
-        stop.install(0.2)
+        stop.install(0.2 if started else 60)
+        stop.steps_started = started
         try:
             os.kill(os.getpid(), signum)
             await asyncio.sleep(30)
         finally:
             stop.uninstall()
 
-    with pytest.raises(asyncio.CancelledError):
-        asyncio.run(slow_step())
+    for started in (True, False):  # after the grace period; before the first step, at once
+        t0 = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(slow_step(started))
+        assert time.monotonic() - t0 < 5

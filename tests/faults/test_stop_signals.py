@@ -65,10 +65,24 @@ def test_a_signal_to_every_process_of_the_job_still_checkpoints(tmp_path, warmst
     assert the_run(f"sqlite:///{tmp_path}/mlflow.db")[1].info.status == "KILLED"
 
 
+def training(run: Run, uri: str, timeout: float = 300) -> None:
+    """Wait until the run has logged steps (without checkpoints: every 10 steps)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        run.children()
+        try:
+            client, r = the_run(uri)
+            if steps(client, r.info.run_id):
+                return
+        except ValueError:  # no run yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError("no step logged")
+
+
 def test_ctrl_c_without_checkpoints_is_killed_with_every_step_logged(tmp_path, warmstart_cache):
     run = Run(cli(tmp_path, warmstart_cache, "steps=400"))
-    run.service("trainer")
-    time.sleep(12)
+    training(run, f"sqlite:///{tmp_path}/mlflow.db")
     run.signal(signal.SIGINT)
     rc, _, err = run.finish(120)
     assert rc == 130, err[-3000:]
@@ -91,6 +105,17 @@ def test_a_step_that_outlasts_the_grace_period_stops_without_a_checkpoint(tmp_pa
     client, r = the_run(f"sqlite:///{tmp_path}/mlflow.db")
     logged = steps(client, r.info.run_id)
     assert r.info.status == "KILLED" and logged == list(range(1, logged[-1] + 1)) and logged[-1] % 4 == 0
+
+
+def test_a_signal_while_the_services_start_stops_at_once(tmp_path, warmstart_cache):
+    run = Run(cli(tmp_path, warmstart_cache, "steps=20", "checkpoint.every=4"))
+    run.service("generator")  # building: nothing to checkpoint yet
+    t0 = run.signal(signal.SIGTERM)
+    rc, _, err = run.finish(120)
+    assert rc == 143, err[-3000:]
+    assert last_line(err) == "forge-exp: stopped by SIGTERM before its first step (the run had not started its steps)"
+    assert time.monotonic() - t0 < 20 and run.orphans() == []
+    assert the_run(f"sqlite:///{tmp_path}/mlflow.db")[1].info.status == "KILLED"
 
 
 def test_a_sigkilled_controller_leaves_no_process_and_its_run_is_closed_by_the_next_start(tmp_path, warmstart_cache):

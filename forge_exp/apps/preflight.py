@@ -37,7 +37,7 @@ def check(config: ForgeConfig) -> None:
     locate(config.generator._target_, "generator")
     model = build(config.model, "model")
     model.check_available()
-    check_context(config, model)
+    check_context(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
     check_dataset(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
     meshes = plan_for(config)
     check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
@@ -74,8 +74,8 @@ def probe_loss(loss, available: set[str]) -> None:
                          f"move the policy")
 
 
-def check_context(config: ForgeConfig, model) -> None:
-    """The longest prompt plus the response budget fits in the model's positions."""
+def check_context(config: ForgeConfig, model, sft: bool = False) -> None:
+    """The longest prompt plus the response budget (SFT: the longest sequence) fits in the model's positions."""
     positions = getattr(model, "max_position_embeddings", None)
     if positions is None:
         try:
@@ -85,8 +85,11 @@ def check_context(config: ForgeConfig, model) -> None:
                                 "max_position_embeddings", None)
         except (OSError, ValueError):  # unreadable here: the model's own loading says why, later
             return
+    if positions is not None and sft and config.algorithm.max_seq_len > positions:
+        raise ValueError(f"algorithm.max_seq_len={config.algorithm.max_seq_len} is longer than the model's "
+                         f"max_position_embeddings={positions}: lower it or use a model with a longer context")
     prompt, response = config.dataset.prompt_budget, config.dataset.max_new_tokens
-    if positions is not None and prompt + response > positions:
+    if positions is not None and not sft and prompt + response > positions:
         what = ("dataset.max_prompt_tokens" if hasattr(config.dataset, "max_prompt_tokens")
                 else "the task's longest prompt")
         raise ValueError(f"model.max_position_embeddings={positions} is shorter than a prompt ({what}: {prompt} "

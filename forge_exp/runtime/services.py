@@ -71,6 +71,7 @@ class Runtime:
         and `threads` as keyword arguments so it can place itself."""
         plan, procs = self._mesh_for(service)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
+        self.supervisor.meshes[service] = plan.name
         return Service(service, actors, plan.replicas)
 
     async def spawn_collective(self, service: str, actor_cls: type, *args: Any, backend: str, **kwargs: Any) -> Service:
@@ -84,6 +85,7 @@ class Runtime:
         devices = [d for replica in plan.devices for d in replica]
         self.worlds[plan.name] = await init_torch_world(procs, backend, devices if plan.gpus else None)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
+        self.supervisor.meshes[service] = plan.name
         return Service(service, actors, plan.replicas, collective=True)
 
     async def stop(self) -> None:

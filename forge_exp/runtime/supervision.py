@@ -141,6 +141,7 @@ class Supervisor:
         self._previous = None
         self._decide_at: asyncio.TimerHandle | None = None
         self.closing = False  # set while the meshes are stopped on purpose: their events are expected
+        self.meshes: dict[str, str] = {}  # service → the proc mesh it was spawned on (Runtime.spawn says)
 
     def install(self) -> None:
         import monarch.actor
@@ -195,8 +196,11 @@ class Supervisor:
         first = named_events[0]
         same = [e for e in named_events if e.point == first.point and e.cause == first.cause]
         services = list(dict.fromkeys(e.mesh for e in same if not e.internal))
-        self._failed.set_exception(ServiceFailed(services, first.point, first.cause, first.report,
-                                                 died=_is_death(first.cause)))
+        died = _is_death(first.cause)
+        if died and services and services[0] in self.meshes:  # a process: every service on it went with it
+            mesh = self.meshes[services[0]]
+            services = sorted(s for s, m in self.meshes.items() if m == mesh)
+        self._failed.set_exception(ServiceFailed(services, first.point, first.cause, first.report, died=died))
 
     async def run(self, work: Awaitable[T]) -> T:
         """Await `work`; if a service fails first, cancel it and raise that failure. An exception `work` raises

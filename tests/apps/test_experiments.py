@@ -35,7 +35,8 @@ def stand_ins(experiment: str, tmp_path) -> list[str]:
         (data / f"{split}.jsonl").write_text("".join(json.dumps(ROWS[dataset](i, 2 * i)) + "\n" for i in range(n)))
     model = save_tiny_family("qwen3", tmp_path / "model")
     return [f"experiment={experiment}", f"model.path={model}", "services=cpu", f"dataset.path={data}",
-            "dataset.subset=null", "dataset.eval_size=4", "dataset.max_new_tokens=8", "steps=2"]
+            "dataset.subset=null", "dataset.eval_size=4", "dataset.max_new_tokens=8", "steps=2",
+            "dataset.max_prompt_tokens=256"]  # prompt + response within the stand-in's 512 positions
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)

@@ -117,3 +117,16 @@ def test_monarch_is_configured_before_the_first_mesh():
     Runtime(plan(1))
     assert os.environ["HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY"] == "2s"
     assert get_global_config()["mesh_admin_addr"] == "127.0.0.1:1729"
+
+
+def test_a_process_shared_by_services_names_them_all():
+    async def run():
+        host = {"host": MeshPlan("host", ["reward", "dataset"], 1, 1, 0, 1, devices=[["cpu"]])}
+        async with Runtime(host) as runtime:
+            reward = runtime.spawn("reward", Worker)
+            runtime.spawn("dataset", Worker)
+            os.kill(await reward.replica(0).pid.call_one(), signal.SIGKILL)
+            await runtime.supervise(asyncio.sleep(60))
+
+    with pytest.raises(ServiceFailed, match=r"^dataset, reward \(replica 0\) died: SIGKILL$"):
+        asyncio.run(run())

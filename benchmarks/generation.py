@@ -222,6 +222,29 @@ def checks(device: str) -> dict:
     return out
 
 
+def profile_native(model, prompts, new: int, top: int = 15) -> dict:
+    """Where a native-engine call's time goes: torch.profiler over one call (after a warm-up), the CUDA kernels by
+    total device time, and the device-busy share of the wall time (low: the host is what the decode waits on)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    engine = NativeEngine.from_model(model, None, seed=0, slots=len(prompts), max_len=len(prompts[0]) + new,
+                                     eos_token_ids=[])
+    try:
+        asyncio.run(engine.generate(prompts, Sampling(max_new_tokens=17, seed=1)))
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            _, seconds = timed(lambda: asyncio.run(engine.generate(prompts, Sampling(max_new_tokens=new, seed=2))))
+    finally:
+        engine.close()
+        torch.cuda.empty_cache()
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(e.self_device_time_total for e in kernels) / 1e6
+    kernels.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    return {"profiled_seconds": seconds, "profiled_tokens": len(prompts) * new, "device_busy_seconds": busy,
+            "device_busy_fraction": busy / seconds,
+            "top_kernels": [{"name": e.key[:120], "ms": round(e.self_device_time_total / 1e3, 2), "calls": e.count}
+                            for e in kernels[:top]]}
+
+
 def gpu(args) -> dict:
     device = "cuda"
     t_start = time.perf_counter()
@@ -267,6 +290,8 @@ def gpu(args) -> dict:
                         row.update(run_hf(model, prompts, new, compiled=True))
                     elif name == "vllm":
                         row.update(run_vllm(model, prompts, new))
+                    elif name == "native_profile":
+                        row.update(profile_native(model, prompts, min(new, 128)))
                 except Exception as error:  # one engine failing must not lose the others' numbers
                     row["status"] = f"failed: {type(error).__name__}: {error}"[:600]
             if "seconds" in row:

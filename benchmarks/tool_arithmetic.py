@@ -67,7 +67,8 @@ def warm_started_model(args, tokenizer, fmt, task):
     if (cache / "config.json").exists():
         return load_causal_lm(str(cache), "float32", "sdpa", False), {"warmstart/cached": 1.0}
     model = TinyQwen3(alphabet=TOOL_ALPHABET, seed=args.seed).build()
-    demos = demonstrations(task, tokenizer, fmt, count=args.demos, direct_fraction=args.direct_fraction, seed=args.seed)
+    stream = task.train_stream(args.seed + 1)
+    demos = demonstrations([next(stream) for _ in range(args.demos)], tokenizer, fmt, direct_fraction=args.direct_fraction, seed=args.seed)
     metrics = warmstart(model, tokenizer, cycle(demos, args.seed), steps=args.ws_steps, lr=1e-3, batch_size=64,
                         target_accuracy=args.ws_target, collate=collate_demonstrations)
     save_hf_checkpoint(model, tokenizer, cache)

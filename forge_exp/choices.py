@@ -8,10 +8,11 @@ ADVANTAGES = ("group_norm", "mean", "loo")  # rl/advantages.py
 TARGET_FORMATS = ("gsm8k", "boxed", "raw")  # data/hf.py: extract_target
 DTYPES = ("float32", "bfloat16", "float16")  # models/hf.py
 ATTENTION = ("sdpa", "eager")  # transformers attn_implementation
-INFLIGHT_UPDATES = ("keep", "wait")
+INFLIGHT_UPDATES = ("keep", "wait")  # generators/vllm.py: requests in flight when new weights arrive
 PARALLELISMS = ("single", "fsdp", "tp", "fsdp_tp")  # trainers/parallel.py: how the trainer shards its model
 ACTIVATION_CHECKPOINTING = ("none", "full", "selective")  # trainers/titan.py (TorchTitan's AC modes)
-ATTENTION_BACKENDS = ("sdpa", "flex")  # trainers/titan.py  # generators/vllm.py: requests in flight when new weights arrive
+ATTENTION_BACKENDS = ("sdpa", "flex")  # trainers/titan.py
+CHAT_FORMATS = ("tiny", "qwen3", "llama3")  # envs/formats.py: how turns and tool calls are written
 
 # The tiny model's character tokenizer (models/tokenizer.py): digits, the arithmetic task's operators and a space.
 # Kept minimal on purpose: every extra token is mass the untrained model spreads over useless outputs. A task with

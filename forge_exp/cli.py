@@ -218,6 +218,9 @@ def main() -> None:
         sys.exit(EXIT_CONFIG)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
+    from forge_exp.runtime.bootstrap import fast_exit
+
+    fast_exit(0)  # the run is over and its tracker closed: skip finalizing the interpreter (runtime/bootstrap.py)
 
 
 def explain(e: Exception, args: list[str]) -> str | None:

@@ -94,12 +94,13 @@ class Generator(Actor):
         }
 
     @concurrent_endpoint
-    async def generate_tokens(self, prompts: list[list[int]], sampling: Sampling) -> tuple[list[list[Generation]], int]:
-        """The engine's own call, token ids in and out, and the weights version it started under: what a
-        multi-turn episode driver (envs/driver.py) continues a conversation with."""
+    async def generate_tokens(self, prompts: list[list[int]], sampling: Sampling) -> list[list[Generation]]:
+        """The engine's own call, token ids in and out, each Generation stamped with the weights version it started
+        under: what the multi-turn episode driver (envs/driver.py, on the environment workers) calls every turn."""
         await self._load_pending()
         version = self.version
-        return await self.engine.generate(prompts, sampling), version
+        outs = await self.engine.generate(prompts, sampling)
+        return [[g._replace(policy_version=version) for g in row] for row in outs]
 
     def _completion(self, prompt_ids: list[int], o: Generation, version: int) -> Completion:
         return Completion(prompt_ids=prompt_ids, token_ids=o.token_ids, logprobs=o.logprobs, stop_reason=o.stop_reason,

@@ -16,10 +16,8 @@ class RewardWorker(Actor):
         self.accuracy_from = self.reward.names[0]  # by convention the first function listed checks correctness
 
     @endpoint
-    async def score(self, groups: list[Group]) -> tuple[list[Group], dict[str, float]]:
-        """Fill group.rewards; return the groups and the mean of each reward component."""
-        sums: dict[str, float] = {}
-        count = 0
+    async def score(self, groups: list[Group]) -> list[Group]:
+        """Fill each group's rewards, components (unweighted values by function name), correct and failures."""
         for group in groups:
             rewards, components, failures = score_group(
                 self.reward, group.problem, [c.text for c in group.completions]
@@ -28,11 +26,7 @@ class RewardWorker(Actor):
             group.components = components
             group.correct = [c[self.accuracy_from] >= 1.0 for c in components]
             group.reward_failures = failures
-            for comp in components:
-                for k, v in comp.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                count += 1
-        return groups, {f"reward/{k}": v / max(count, 1) for k, v in sums.items()}
+        return groups
 
     @endpoint
     async def errors(self) -> dict[str, str]:

@@ -78,10 +78,10 @@ class Trainer(Actor):
         return time.perf_counter() - t0
 
     @endpoint
-    async def warm_start(self, problems: list, ws, directory: str) -> dict:
-        """Supervised warm start of the policy in place (config.model.WarmstartConfig), saved in HF format to
-        `directory` for later runs."""
-        metrics = self.engine.warm_start(problems, ws.steps, ws.lr, ws.batch_size, ws.target_accuracy)
+    async def warm_start(self, items: list, ws, directory: str, seed: int = 0) -> dict:
+        """Supervised warm start of the policy in place (config.model.WarmstartConfig) on problems or multi-turn
+        demonstrations, saved in HF format to `directory` for later runs."""
+        metrics = self.engine.warm_start(items, ws.steps, ws.lr, ws.batch_size, ws.target_accuracy, seed)
         self.engine.save(directory, optimizer=False)
         return metrics
 

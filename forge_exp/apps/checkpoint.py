@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from forge_exp.models.sampling import derive_seed
 
 STATE = "state.json"
 LOOP = "loop.json"
@@ -110,8 +111,7 @@ async def save_checkpoint(cfg, trainer, tracker, step: int, loop: dict | None = 
 # --- what the GRPO loop adds ----------------------------------------------------------------------------------
 def rollout_seed(seed: int, batch: int, call: int) -> int:
     """The sampling seed of a batch's `call`-th generate call: the same in every process, run and schedule."""
-    digest = hashlib.blake2b(f"rollout/{seed}/{batch}/{call}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 2  # 62 bits
+    return derive_seed("rollout", seed, batch, call)
 
 
 class Quiesce:

@@ -1,4 +1,4 @@
-"""Pieces every app shares: held-out evaluation, the cached supervised warm start, metric averaging."""
+"""Pieces every app shares: held-out evaluation, the samplers, the trainer, the cached supervised warm start."""
 
 from __future__ import annotations
 
@@ -9,34 +9,57 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
+from forge_exp.apps.rollout import Samplers, sample_groups
 from forge_exp.config.enums import plain
+from forge_exp.envs.report import episode_metrics
 from forge_exp.rl.types import Problem
 from forge_exp.runtime.services import Service
 
 
-async def evaluate(cfg, generator: Service, reward: Service, problems: list[Problem], step: int) -> dict[str, float]:
+async def evaluate(cfg, s: Samplers, problems: list[Problem], step: int) -> dict[str, float]:
     """Greedy accuracy on the held-out problems; with eval.pass_k > 1 also pass@k at eval.temperature (seeded by
-    the run's seed and the step). No held-out problems (dataset.eval_size=0): no metrics."""
+    the run's seed and the step). A multi-turn run adds how the policy uses its tools, and, for an environment
+    whose tools can be switched off, the accuracy without them (every call answered with an error). No held-out
+    problems (dataset.eval_size=0): no metrics."""
     from forge_exp.apps.checkpoint import rollout_seed
 
     out: dict[str, float] = {}
     if not problems:
         return out
-    groups, _ = await generator.route().generate.call_one(problems, 1, 0.0, 1.0, cfg.dataset.max_new_tokens)
-    groups, _ = await reward.route().score.call_one(groups)
+    groups, _ = await sample_groups(cfg, s, problems, 1, 0.0, 1.0)
     out["eval/accuracy"] = statistics.fmean(float(g.correct[0]) for g in groups)
     out["eval/reward"] = statistics.fmean(g.rewards[0] for g in groups)
+    if s.env is not None:
+        episodes = episode_metrics(groups)
+        out.update({f"eval/{k}": episodes[f"env/{k}"] for k in ("tool_call_rate", "turns_mean", "malformed_rate")})
+        if getattr(cfg.env, "tools_enabled", False):
+            groups, _ = await sample_groups(cfg, s, problems, 1, 0.0, 1.0, env_overrides={"tools_enabled": False})
+            out["eval/accuracy_no_tool"] = statistics.fmean(float(g.correct[0]) for g in groups)
     k = cfg.eval.pass_k
     if k > 1:
-        groups, _ = await generator.route().generate.call_one(
-            problems, k, cfg.eval.temperature, 1.0, cfg.dataset.max_new_tokens,
-            seed=rollout_seed(cfg.seed, -1 - step, 0),  # (negative batches: the evaluations' own seeds)
-        )
-        groups, _ = await reward.route().score.call_one(groups)
+        groups, _ = await sample_groups(cfg, s, problems, k, cfg.eval.temperature, 1.0,
+                                        seed=rollout_seed(cfg.seed, -1 - step, 0))  # negative: evaluations' own
         out[f"eval/pass_at_{k}"] = statistics.fmean(  # pass@k; MLflow refuses '@' in a metric name
             float(any(g.correct)) for g in groups
         )
     return out
+
+
+def spawn_scorers(cfg, runtime) -> dict[str, Service]:
+    """Reward workers for a single-turn run, environment workers for a multi-turn one (they score their own
+    episodes), spawned where `services` says: Samplers' `reward=` or `env=`."""
+    if cfg.env.multi_turn:
+        from forge_exp.actors.env import EnvWorker
+
+        return {"env": runtime.spawn("env", EnvWorker, cfg.env, cfg.model)}
+    from forge_exp.actors.reward import RewardWorker
+
+    return {"reward": runtime.spawn("reward", RewardWorker, cfg.reward)}
+
+
+def response_budget(cfg) -> int:
+    """The most tokens a sample may hold after its prompt: one completion's, or a whole episode's."""
+    return cfg.env.max_total_tokens if cfg.env.multi_turn else cfg.dataset.max_new_tokens
 
 
 async def spawn_trainer(cfg, runtime, init_path: str | None, resume_step: int = 0, total_steps: int = 0) -> Service:
@@ -58,15 +81,20 @@ def generator_sizes(cfg) -> dict[str, int]:
     in flight at once, and room for the longest prompt plus the response budget."""
     a = cfg.algorithm
     rows = a.prompts_per_step * a.group_size * (a.max_policy_age + 1) if hasattr(a, "group_size") else 64
-    longest = cfg.dataset.prompt_budget + cfg.dataset.max_new_tokens
+    if cfg.env.multi_turn:  # a turn's call may run turn_tokens past the shortest budget left in its batch
+        longest = cfg.env.max_total_tokens + cfg.env.turn_tokens
+    else:
+        longest = cfg.dataset.prompt_budget + cfg.dataset.max_new_tokens
     return {"slots": rows, "max_len": longest, "max_model_len": longest}
 
 
 def warm_start_dir(cfg) -> Path:
     """Cache key: everything that changes the warm-started weights (model and its warm-start settings, task,
     seed)."""
-    key = json.dumps({"model": asdict(cfg.model), "dataset": asdict(cfg.dataset), "seed": cfg.seed},
-                     sort_keys=True, default=plain)
+    parts = {"model": asdict(cfg.model), "dataset": asdict(cfg.dataset), "seed": cfg.seed}
+    if demonstrations(cfg):  # trained on scripted episodes of the environment instead
+        parts["env"] = {k: getattr(cfg.env, k) for k in ("name", "chat_format", "demonstrations", "direct_fraction")}
+    key = json.dumps(parts, sort_keys=True, default=plain)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     root = Path(cfg.model.warmstart.cache_dir or os.path.join(Path.home(), ".cache", "forge-exp", "warmstart"))
     return root / f"{cfg.model.name}-{digest}"
@@ -78,14 +106,30 @@ def wants_warm_start(cfg) -> bool:
     return ws is not None and ws.steps > 0 and not cfg.model.path
 
 
-async def warm_start(cfg, trainer: Service, dataset: Service) -> dict[str, float]:
-    """Supervised warm start of the trainer's weights on the training task, saved to warm_start_dir(cfg)."""
+def demonstrations(cfg) -> int:
+    """How many scripted episodes the warm start trains on (env.demonstrations; 0: bare answers)."""
+    return getattr(cfg.env, "demonstrations", 0)
+
+
+async def warm_start(cfg, trainer: Service, dataset: Service, env: Service | None = None) -> dict[str, float]:
+    """Supervised warm start of the trainer's weights on the training task, saved to warm_start_dir(cfg): on
+    problems and their answers, or on scripted episodes the environment workers play (env.demonstrations)."""
     ws = cfg.model.warmstart
-    problems = await dataset.route().sample.call_one(ws.steps * ws.batch_size)
-    return await trainer.route().warm_start.call_one(problems, ws, str(warm_start_dir(cfg)))
+    problems = await dataset.route().sample.call_one(warm_start_draws(cfg))
+    if demonstrations(cfg):
+        items = await env.route().demonstrations.call_one(problems, cfg.seed)
+    else:
+        items = problems
+    return await trainer.route().warm_start.call_one(items, ws, str(warm_start_dir(cfg)), cfg.seed)
+
+
+def warm_start_draws(cfg) -> int:
+    """How many problems a warm start takes from the prompt stream."""
+    ws = cfg.model.warmstart
+    return demonstrations(cfg) or ws.steps * ws.batch_size
 
 
 async def skip_warm_start(cfg, dataset: Service) -> None:
-    """Draw the problems a warm start takes, and drop them (its weights came from the cache)."""
-    ws = cfg.model.warmstart
-    await dataset.route().sample.call_one(ws.steps * ws.batch_size)
+    """Draw the problems a warm start takes, and drop them (its weights came from the cache): RL then reads the
+    prompts after the warm start's, as it does after a fresh one, so a cache hit changes nothing downstream."""
+    await dataset.route().sample.call_one(warm_start_draws(cfg))

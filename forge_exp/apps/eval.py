@@ -1,6 +1,7 @@
 """Evaluate a model alone, without training: `forge-exp +mode=eval model.path=<checkpoint>`.
 
     held-out problems (dataset.eval_split, the first dataset.eval_size) ─▶ generator ─▶ reward workers
+    (or environment workers, for a multi-turn env=)
     ─▶ greedy accuracy, and pass@k at eval.temperature when eval.pass_k > 1 ─▶ MLflow (step 0)
 
 The same `evaluate` (apps/common.py) that GRPO runs every eval.every steps, so the numbers compare with a training
@@ -15,8 +16,8 @@ from __future__ import annotations
 import time
 
 from forge_exp.actors.generator import Generator
-from forge_exp.actors.reward import RewardWorker
-from forge_exp.apps.common import evaluate, generator_sizes
+from forge_exp.apps.common import evaluate, generator_sizes, spawn_scorers
+from forge_exp.apps.rollout import Samplers
 from forge_exp.runtime.build import build
 from forge_exp.runtime.services import Runtime
 from forge_exp.tracking.mlflow import Tracker
@@ -28,9 +29,9 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume=None) -> dict[str,
         raise ValueError(f"dataset {cfg.dataset.name} has no held-out problems to evaluate: set its eval split "
                          f"and a dataset.eval_size > 0 (null = the whole split)")
     generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed, generator_sizes(cfg))
-    reward = runtime.spawn("reward", RewardWorker, cfg.reward)
+    samplers = Samplers(generator, **spawn_scorers(cfg, runtime), in_flight=cfg.services.generator.in_flight)
     t0 = time.perf_counter()
-    metrics = await evaluate(cfg, generator, reward, problems, step=0)
+    metrics = await evaluate(cfg, samplers, problems, step=0)
     metrics.update({"eval/problems": float(len(problems)), "eval/seconds": time.perf_counter() - t0})
     tracker.log_metrics(metrics, step=0)
     print("forge-exp: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))

@@ -3,6 +3,8 @@
     loop over steps:
         rollouts (concurrently):  prompts → generator (group_size each) → reward workers → advantages, filters
                                   → [reference logprobs] → replay buffer
+                                  (a multi-turn env: prompts → environment workers, each turn through the
+                                  generator, the episodes scored by the environment: apps/rollout.py)
         training:                 replay buffer → trainer.train_step → weights v+1 → every generator replica
 
 The app talks to services through handles (runtime/services.py) and never imports monarch. Building the services
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -25,13 +26,16 @@ from forge_exp.actors.dataset import DatasetService
 from forge_exp.actors.generator import Generator
 from forge_exp.actors.reference import ReferenceModel
 from forge_exp.actors.replay_buffer import ReplayBufferService
-from forge_exp.actors.reward import RewardWorker
 from forge_exp.apps.checkpoint import (Quiesce, ResumeState, loop_snapshot, restore_services, rollout_seed,
                                        save_checkpoint, step_dir)
-from forge_exp.apps.common import (evaluate, generator_sizes, skip_warm_start, spawn_trainer, wants_warm_start,
-                                   warm_start, warm_start_dir)
+from forge_exp.apps.common import (
+    evaluate, generator_sizes, response_budget, skip_warm_start, spawn_scorers, spawn_trainer, wants_warm_start,
+    warm_start, warm_start_dir,
+)
 from forge_exp.apps.faults import STOP, RewardWatch, Stopped
+from forge_exp.apps.rollout import Samplers, rollout_metrics, sample_groups
 from forge_exp.data.collate import collate_episodes
+from forge_exp.envs.report import conversation_rows
 from forge_exp.rl.episodes import to_episodes
 from forge_exp.rl.filters import DynamicSampling
 from forge_exp.rl.types import Group
@@ -46,7 +50,7 @@ STALL_STEPS = 10  # steps in a row with no group of mixed rewards before the run
 class Handles:
     dataset: Service
     generator: Service
-    reward: Service
+    samplers: Samplers  # generator + reward workers, or generator + environment workers (multi-turn)
     trainer: Service
     buffer: Service
     ref_model: Service | None
@@ -75,20 +79,21 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
         init_path = str(warm_start_dir(cfg))
         cached = (warm_start_dir(cfg) / "config.json").exists()
     trainer = await spawn_trainer(cfg, runtime, init_path if cached else None, resume.step if resume else 0)
+    scorers = spawn_scorers(cfg, runtime)  # reward workers, or environment workers for a multi-turn env
     if init_path and not cached:
-        warm = await warm_start(cfg, trainer, dataset)
+        warm = await warm_start(cfg, trainer, dataset, scorers.get("env"))
     elif cached and not resume and wants_warm_start(cfg):  # RL then reads the prompts after the warm start's,
         await skip_warm_start(cfg, dataset)  # as it does after a fresh one: a cache hit changes nothing downstream
     generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, init_path, cfg.seed,
                               generator_sizes(cfg))
-    reward = runtime.spawn("reward", RewardWorker, cfg.reward)
+    s = Samplers(generator, **scorers, in_flight=cfg.services.generator.in_flight)
     buffer = runtime.spawn("replay_buffer", ReplayBufferService, cfg.algorithm.max_policy_age, cfg.seed)
     ref_model = None
     if cfg.algorithm.beta > 0:
         ref_model = runtime.spawn("ref_model", ReferenceModel, cfg.model, init_path, cfg.algorithm.temperature)
     await trainer.route().push_weights.call_one(generator.fanout())  # generators start at the trainer's version
     pad_id = await generator.route().pad_id.call_one()
-    h = Handles(dataset, generator, reward, trainer, buffer, ref_model, pad_id, warm)
+    h = Handles(dataset, generator, s, trainer, buffer, ref_model, pad_id, warm)
     if resume and resume.loop:  # the prompt stream and the replay buffer as the interrupted run left them
         await restore_services(h, resume.loop)
     return h
@@ -108,20 +113,19 @@ async def rollouts(cfg, h: Handles, state: LoopState) -> None:
         # Dynamic sampling (DAPO): drop groups whose rewards are all equal, refill up to max_sampling_attempts.
         sampler = DynamicSampling(a.prompts_per_step, a.max_sampling_attempts, enabled=a.dynamic_sampling)
         seen: list[Group] = []
+        generated = {"generator/seconds": 0.0, "generator/tokens": 0.0}
         while not sampler.done:
             problems = await h.dataset.route().sample.call_one(sampler.needed)
-            groups, gen_metrics = await h.generator.route().generate.call_one(
-                problems, a.group_size, a.temperature, a.top_p, cfg.dataset.max_new_tokens,
-                seed=rollout_seed(cfg.seed, batch, sampler.attempts),
-            )
-            groups, reward_metrics = await h.reward.route().score.call_one(groups)
+            groups, gen_metrics = await sample_groups(cfg, h.samplers, problems, a.group_size, a.temperature,
+                                                      a.top_p, seed=rollout_seed(cfg.seed, batch, sampler.attempts))
+            generated = {k: generated.get(k, 0.0) + v for k, v in gen_metrics.items()}  # over every attempt
             sampler.add(groups)
             seen += groups
         groups = sampler.take()
         if sampler.exhausted:  # rather than stall: top up with the dropped groups (zero advantage)
             kept = {id(g) for g in groups}
             groups += [g for g in seen if id(g) not in kept][: sampler.needed]
-        max_len = cfg.dataset.max_new_tokens
+        max_len = response_budget(cfg)
         episodes = to_episodes(groups, a.advantage, a.advantage_eps, a.overlong_penalty, max_len,
                                a.overlong_buffer_len(max_len))
         if h.ref_model is not None:
@@ -130,24 +134,23 @@ async def rollouts(cfg, h: Handles, state: LoopState) -> None:
                 e.ref_logprobs = row[: len(e.completion.token_ids)].tolist()
         await h.buffer.route().add.call_one(episodes)
         state.episodes_added += len(episodes)
-        rewards = [r for g in seen for r in g.rewards]
+        generated["generator/tokens_per_s"] = generated["generator/tokens"] / max(generated["generator/seconds"], 1e-9)
         state.rollout_metrics.append(
             {
-                **gen_metrics,
-                **reward_metrics,
+                **generated,
+                **rollout_metrics(seen, multi_turn=h.samplers.env is not None),
                 **sampler.metrics(),
-                "reward/mean": statistics.fmean(rewards),
-                "reward/std": statistics.pstdev(rewards),
-                "reward/failures": sum(g.reward_failures for g in seen),
-                "rollout/accuracy": statistics.fmean(float(c) for g in seen for c in g.correct),
                 "rollout/policy_age": state.published - min(g.policy_version for g in seen),
             }
         )
-        g = seen[0]
-        state.samples.append(
-            {"version": g.policy_version, "prompt": g.problem.prompt, "completion": g.completions[0].text,
-             "target": g.problem.target, "reward": g.rewards[0]}
-        )
+        if h.samplers.env is not None:  # whole conversations, with roles
+            state.samples += conversation_rows(seen, k=2)
+        else:
+            g = seen[0]
+            state.samples.append(
+                {"version": g.policy_version, "prompt": g.problem.prompt, "completion": g.completions[0].text,
+                 "target": g.problem.target, "reward": g.rewards[0]}
+            )
         state.quiesce.end()
 
 
@@ -158,7 +161,7 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
     if resume:
         start = {"eval/accuracy": tracker.metric_at("eval/accuracy", step=0)} if heldout else {}
     else:
-        start = await evaluate(cfg, h.generator, h.reward, heldout, step=0)
+        start = await evaluate(cfg, h.samplers, heldout, step=0)
         tracker.log_metrics(start, step=0)
     state = LoopState(published=first - 1, episodes_added=(first - 1) * a.prompts_per_step * a.group_size)
     if resume and resume.loop:  # the batches the interrupted run had made, and their rollout metrics
@@ -214,14 +217,14 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
                 }
             )
             if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
-                metrics.update(await evaluate(cfg, h.generator, h.reward, heldout, step=step))
+                metrics.update(await evaluate(cfg, h.samplers, heldout, step=step))
             tracker.log_metrics(metrics, step=step)
             if step % 10 == 0:
                 tracker.flush()
             if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
                 await checkpoint(step)
             if failing := rewards_ok.update(metrics):  # a reward that keeps raising: nothing is being learned
-                errors = await h.reward.route().errors.call_one()
+                errors = await h.samplers.reward.route().errors.call_one()
                 raise rewards_ok.error(*failing, errors.get(failing[0]))
             stalled = stalled + 1 if metrics.get("filter/zero_variance_frac") == 1.0 else 0
             if stalled == STALL_STEPS:  # once per stall
@@ -242,11 +245,9 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
         bar.close()
         rollout_task.cancel()  # a batch in flight is not waited for (a stop, a failure, or the last step)
         await asyncio.gather(rollout_task, return_exceptions=True)
-    end = await evaluate(cfg, h.generator, h.reward, heldout, step=cfg.steps)
+    end = await evaluate(cfg, h.samplers, heldout, step=cfg.steps)
     tracker.log_metrics(end, step=cfg.steps)
-    tracker.log_table(
-        {k: [s[k] for s in state.samples] for k in ("version", "prompt", "completion", "target", "reward")},
-        "samples/completions.json",
-    )
+    if state.samples:
+        tracker.log_table({k: [row[k] for row in state.samples] for k in state.samples[0]}, "samples/completions.json")
     return {f"eval/accuracy_{when}": m["eval/accuracy"] for when, m in (("start", start), ("end", end)) if m}
 

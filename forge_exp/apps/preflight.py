@@ -39,6 +39,8 @@ def check(config: ForgeConfig) -> None:
     model.check_available()
     check_context(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
     check_dataset(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
+    if config.env.multi_turn:
+        check_env(config, model)
     meshes = plan_for(config)
     check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
@@ -126,6 +128,27 @@ def check_dataset(config: ForgeConfig, model, sft: bool = False) -> None:
                     f"{where} row {row_number}: the prompt has characters the model's tokenizer does not know "
                     f"({prompt[:60]!r}); for model=tiny write questions in digits and '+-*/= ', or set "
                     f"dataset.system_prompt / dataset.template")
+
+
+def check_env(config: ForgeConfig, model) -> None:
+    """A multi-turn environment's class takes the env node's arguments, and the model's tokenizer can write its
+    chat format: the tiny format's brackets, or a chat template for the others."""
+    from forge_exp.config.enums import plain
+    from forge_exp.envs.formats import TinyToolFormat
+
+    build(config.env, "env", partial=True)  # imports the class and binds its arguments, builds nothing
+    fmt = plain(config.env.chat_format)
+    tokenizer = model.tokenizer()
+    if fmt == "tiny":
+        unknown = getattr(tokenizer, "unk_token_id", None)
+        ids = tokenizer(TinyToolFormat.characters, add_special_tokens=False)["input_ids"]
+        if unknown is not None and unknown in ids:
+            raise ValueError(f"env.chat_format=tiny writes tool calls and results with {TinyToolFormat.characters!r}, "
+                             f"which model.alphabet lacks: add them (experiment=tool_arithmetic sets "
+                             f"model.alphabet to choices.TOOL_ALPHABET)")
+    elif not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"env.chat_format={fmt} renders turns with the tokenizer's chat template, and the model's "
+                         f"tokenizer has none: use an instruct model, or env.chat_format=tiny for model=tiny")
 
 
 def _first_rows(source, split: str, key: str):

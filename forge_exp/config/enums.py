@@ -23,6 +23,7 @@ InflightUpdate = _enum("InflightUpdate", choices.INFLIGHT_UPDATES)
 Parallelism = _enum("Parallelism", choices.PARALLELISMS)
 Checkpointing = _enum("Checkpointing", choices.ACTIVATION_CHECKPOINTING)
 AttentionBackend = _enum("AttentionBackend", choices.ATTENTION_BACKENDS)
+ChatFormat = _enum("ChatFormat", choices.CHAT_FORMATS)
 
 
 def plain(value):

@@ -71,6 +71,7 @@ class ForgeConfig:
     algorithm: Any = None  # config/algorithm.py
     trainer: Any = None  # config/backends.py
     generator: Any = None  # config/backends.py
+    env: Any = None  # config/env.py
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     services: ServicesConfig = field(default_factory=ServicesConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from typing import Optional
 
 from forge_exp.config.checks import FieldError, at_least
 from forge_exp.config.enums import Parallelism
 
-SERVICES = ("dataset", "generator", "reward", "ref_model", "trainer", "replay_buffer")
+SERVICES = ("dataset", "generator", "reward", "env", "ref_model", "trainer", "replay_buffer")
+# The mesh name that means "in the controller's own process" (no process of its own): for light services, whose
+# process would cost ~250 MiB and seconds of start-up for microseconds of work a step (benchmarks/lean.md).
+CONTROLLER = "controller"
 
 
 @dataclass
@@ -18,7 +20,8 @@ class ServiceSpec:
 
     mesh: str = ""  # proc mesh to live on; "" = a mesh of its own, named after the service
     procs: int = 1  # processes per replica
-    replicas: int = 1  # independent copies (generators and reward workers scale this way)
+    replicas: int = 1  # independent copies (generators, reward and environment workers scale this way)
+    in_flight: int = 1  # calls a replica serves at once (the generator batches them: more rows per decode step)
     gpus: int = 0  # GPUs per process: 0 (CPU) or 1
     threads: int = 1  # torch intra-op threads per process
 
@@ -29,6 +32,7 @@ class ServicesConfig:
     dataset: ServiceSpec = field(default_factory=lambda: ServiceSpec(mesh="host"))
     generator: ServiceSpec = field(default_factory=ServiceSpec)
     reward: ServiceSpec = field(default_factory=lambda: ServiceSpec(mesh="host"))
+    env: ServiceSpec = field(default_factory=lambda: ServiceSpec(mesh="host"))  # multi-turn environment workers
     ref_model: ServiceSpec = field(default_factory=lambda: ServiceSpec(mesh="trainer"))
     trainer: ServiceSpec = field(default_factory=ServiceSpec)
     replay_buffer: ServiceSpec = field(default_factory=lambda: ServiceSpec(mesh="host"))
@@ -36,18 +40,23 @@ class ServicesConfig:
     def __post_init__(self) -> None:
         for name in SERVICES:
             spec = getattr(self, name)
-            for key in ("procs", "replicas", "threads"):
+            for key in ("procs", "replicas", "threads", "in_flight"):
                 at_least(f"{name}.{key}", getattr(spec, key), 1)
             if spec.gpus not in (0, 1):
                 raise FieldError(f"{name}.gpus", f"must be 0 or 1 (GPUs per process), got {spec.gpus}")
         for name in ("trainer", "ref_model", "dataset", "replay_buffer"):
             if getattr(self, name).replicas != 1:
-                raise FieldError(f"{name}.replicas", "must be 1 (only generator and reward replicate)")
+                raise FieldError(f"{name}.replicas", "must be 1 (only generator, reward and env replicate)")
         for name in SERVICES:
             if name not in ("trainer", "generator") and getattr(self, name).procs != 1:
                 # a generator replica is one process today; a tensor-parallel generator (vLLM) would take more
                 raise FieldError(f"{name}.procs", f"must be 1: one process per replica (scale {name} with "
                                                   f"services.{name}.replicas where it replicates)")
+        for name in SERVICES:
+            spec = getattr(self, name)
+            if spec.mesh == CONTROLLER and (spec.replicas, spec.procs, spec.gpus) != (1, 1, 0):
+                raise FieldError(f"{name}.mesh", f"'{CONTROLLER}' runs the service in the controller's process: "
+                                                 "it needs replicas=1, procs=1, gpus=0; give it a mesh of its own")
 
 
 @dataclass

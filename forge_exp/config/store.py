@@ -8,6 +8,7 @@ from hydra.core.config_store import ConfigStore
 from forge_exp.config.algorithm import ALGORITHM_SCHEMAS, LOSS_SCHEMAS
 from forge_exp.config.backends import TitanTrainerConfig, TorchGenerator, TrainerBackend, VllmGenerator
 from forge_exp.config.dataset import DATASET_SCHEMAS
+from forge_exp.config.env import ENV_SCHEMAS
 from forge_exp.config.model import MODEL_SCHEMAS
 from forge_exp.config.run import ForgeConfig
 
@@ -16,6 +17,7 @@ SCHEMAS = {
     "algorithm": ALGORITHM_SCHEMAS,
     "loss": LOSS_SCHEMAS,
     "dataset": DATASET_SCHEMAS,
+    "env": ENV_SCHEMAS,
     "trainer": {"hf": TrainerBackend, "titan": TitanTrainerConfig},
     "generator": {"torch": TorchGenerator, "vllm": VllmGenerator},
 }

@@ -20,7 +20,7 @@ from forge_exp.config.aliases import ALIASES, short
 from forge_exp.config.checks import FieldError
 from forge_exp.config.run import ForgeConfig
 
-TYPED_GROUPS = ("model", "algorithm", "dataset", "trainer", "generator")
+TYPED_GROUPS = ("model", "algorithm", "dataset", "trainer", "generator", "env")
 
 
 class ConfigError(ValueError):

@@ -37,9 +37,11 @@ class Demonstration:
     loss_mask: list[bool]  # True on the model's tokens
 
 
-def demonstration(problem: Problem, tokenizer, chat_format: ChatFormat, use_tool: bool) -> Demonstration:
-    """One scripted episode through CalculatorEnv and `chat_format`."""
-    env = CalculatorEnv(system_prompt=None)
+def demonstration(problem: Problem, tokenizer, chat_format: ChatFormat, use_tool: bool,
+                  env: CalculatorEnv | None = None) -> Demonstration:
+    """One scripted episode through `env` (a CalculatorEnv without a system prompt by default) and `chat_format`
+    (the tiny format: the scripted call is written as `[expression]`)."""
+    env = env or CalculatorEnv(system_prompt=None)
     ids = chat_format.prompt_ids(tokenizer, env.reset(problem), env.tools)
     mask = [False] * len(ids)
     eos = chat_format.stop_ids(tokenizer)[0]
@@ -60,16 +62,23 @@ def demonstration(problem: Problem, tokenizer, chat_format: ChatFormat, use_tool
     return Demonstration(ids, mask)
 
 
-def demonstrations(
-    task: ArithmeticTask, tokenizer, chat_format: ChatFormat, *, count: int, direct_fraction: float, seed: int
-) -> list[Demonstration]:
-    """`count` distinct training problems (never held-out ones), each demonstrated once."""
+def demonstrations(problems: list[Problem], tokenizer, chat_format: ChatFormat, *, direct_fraction: float, seed: int,
+                   make_env=None) -> list[Demonstration]:
+    """Each problem demonstrated once (give training problems, never held-out ones); a `direct_fraction` of them
+    answered without the tool. `make_env()` builds the environment each one plays through."""
     if not 0 <= direct_fraction <= 1:
         raise ValueError(f"direct_fraction must be in [0, 1], got {direct_fraction}")
     rng = random.Random(seed)
-    stream = task.train_stream(seed + 1)
-    problems = [next(stream) for _ in range(count)]
-    return [demonstration(p, tokenizer, chat_format, use_tool=rng.random() >= direct_fraction) for p in problems]
+    return [demonstration(p, tokenizer, chat_format, use_tool=rng.random() >= direct_fraction,
+                          env=make_env() if make_env else None) for p in problems]
+
+
+def warmstart_inputs(items: list, seed: int) -> dict:
+    """What models.warmstart.warmstart takes for a warm start on `items`: problems as they are (one answer each),
+    or demonstrations (whole episodes, loss on the model's turns) in endless reshuffled passes."""
+    if items and isinstance(items[0], Demonstration):
+        return {"problems": cycle(items, seed), "collate": collate_demonstrations}
+    return {"problems": items}
 
 
 def cycle(demos: list[Demonstration], seed: int) -> Iterator[Demonstration]:

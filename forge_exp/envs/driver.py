@@ -24,6 +24,7 @@ parts they earned on the way. Groups keep the episodes whose environment reset (
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 import threading
@@ -145,13 +146,13 @@ async def _reset(e: _Episode, tokenizer, chat_format: ChatFormat, limits: Episod
 
 async def _generate_turn(running, groups, generate: GenerateFn, sampling: Sampling, limits, stop_ids, tokenizer) -> None:
     budget = {id(e): limits.max_total_tokens - e.length() for e in running}
-    call = sampling._replace(max_new_tokens=min(sampling.max_new_tokens, max(budget.values())))
+    call = dataclasses.replace(sampling, max_new_tokens=min(sampling.max_new_tokens, max(budget.values())))
     if groups is not None and _same_prompts(groups, running):  # first turn: n samples of each prompt in one call
         live = [g for g in groups if g[0].stop is None]
-        outs = await generate([g[0].prompt_ids for g in live], call._replace(n=len(live[0])))
+        outs = await generate([g[0].prompt_ids for g in live], dataclasses.replace(call, n=len(live[0])))
         pairs = [(e, o) for g, row in zip(live, outs) for e, o in zip(g, row)]
     else:  # every episode has its own context
-        outs = await generate([e.prompt_ids + e.tokens for e in running], call._replace(n=1))
+        outs = await generate([e.prompt_ids + e.tokens for e in running], dataclasses.replace(call, n=1))
         pairs = [(e, row[0]) for e, row in zip(running, outs)]
     for e, gen in pairs:
         ids, logprobs, reason = list(gen.token_ids), list(gen.logprobs), gen.stop_reason

@@ -45,6 +45,8 @@ class TinyToolFormat:
     is inserted as its text. System messages and tool specs are not rendered: the tiny model learns the format from
     demonstrations (forge_exp/data/tool_arithmetic.py), not from instructions."""
 
+    characters = "[]()?"  # what it writes besides the conversation's own text: the tokenizer must know them
+
     def __init__(self, tool: str = "calculator", argument: str = "expression") -> None:
         self.tool, self.argument = tool, argument
 

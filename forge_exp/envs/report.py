@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 
+from forge_exp.rewards.combine import component_means
 from forge_exp.rl.types import Group
 
 
@@ -37,9 +38,7 @@ def episode_metrics(groups: list[Group]) -> dict[str, float]:
         "env/tokens_mean": statistics.fmean(len(c.token_ids) for c in comps),
         "env/reset_failures": float(sum(g.completions[0].info.get("reset_failures", 0.0) for g in groups if g.completions)),
     }
-    parts = {k for g in groups for comp in g.components for k in comp}
-    for part in sorted(parts):
-        out[f"env/reward/{part}"] = statistics.fmean(comp.get(part, 0.0) for g in groups for comp in g.components)
+    out.update({f"env/reward/{part}": v for part, v in component_means(groups).items()})
     return out
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from forge_exp.models.sampling import Sampling  # noqa: F401 — how the generator samples one turn
 from forge_exp.rl.types import Problem
 
 Message = dict[str, Any]  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}, HF chat style
@@ -88,15 +89,6 @@ class Environment(Protocol):
     def step(self, message: AssistantMessage) -> StepResult | Awaitable[StepResult]: ...
 
 
-class Sampling(NamedTuple):
-    """How the generator samples one turn. `n` samples per prompt; the driver sets it per call."""
-
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 64  # per turn; the episode's token budget (EpisodeLimits) may cut a turn shorter
-
-
 @dataclass(frozen=True)
 class EpisodeLimits:
     """Bounds of one episode. Keys are named as the `env` config group will name them."""
@@ -104,16 +96,7 @@ class EpisodeLimits:
     max_turns: int = 4  # assistant turns; an episode still going after them ends truncated
     max_total_tokens: int = 1024  # prompt + every turn + every insertion
     tool_timeout_s: float = 10.0  # per tool call: a step may take this long for each call it makes
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_turns, int) or not 1 <= self.max_turns <= 1000:
-            raise ValueError(f"env.max_turns must be an integer in [1, 1000], got {self.max_turns!r}")
-        if not isinstance(self.max_total_tokens, int) or not 2 <= self.max_total_tokens <= 1_048_576:
-            raise ValueError(
-                f"env.max_total_tokens must be an integer in [2, 1048576], got {self.max_total_tokens!r}"
-            )
-        if not 0 < self.tool_timeout_s <= 3600:
-            raise ValueError(f"env.tool_timeout_s must be in (0, 3600] seconds, got {self.tool_timeout_s!r}")
+    # (ranges: the env schema's, config/env.py)
 
 
 def tool_message(call: ToolCall, content: Any) -> Message:

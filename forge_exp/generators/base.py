@@ -6,38 +6,12 @@ conf/model/ builds), `knobs` are the keys of the engine's YAML node (conf/genera
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Protocol, runtime_checkable
 
 import torch
 
 from forge_exp.models.generate import Generation  # noqa: F401 — one completion's tokens and logprobs
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How to sample the completions of one `generate` call.
-
-    `seed` is optional: when set, the draws of this call are fixed by it (row r = prompt_index * n + sample_index
-    draws its token at step t from noise keyed by (seed, r, t)), whatever else the engine batches with it; when None
-    the engine takes the next seed of its own stream.
-    """
-
-    n: int = 1  # completions per prompt
-    temperature: float = 1.0  # 0 = greedy
-    top_p: float = 1.0  # keep 1 for RL (see models/generate.py on behaviour logprobs under top-p)
-    max_new_tokens: int = 64
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"sampling n (completions per prompt) must be an integer >= 1, got {self.n!r}")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"sampling max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
-        if self.temperature < 0:
-            raise ValueError(f"sampling temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"sampling top_p must be in (0, 1], got {self.top_p}")
+from forge_exp.models.sampling import Sampling  # noqa: F401 — how one call samples
 
 
 @runtime_checkable

@@ -85,18 +85,22 @@ def _qk_rope_store_kernel(QKV, QKW, COS, SIN, POS, SLOT, QOUT, KC, VC,
     s2 = tl.load(SIN + n * stride_cos + half + o).to(tl.float32)
     y1 = (x1 * c1 - x2 * s1).to(dtype)
     y2 = (x2 * c2 + x1 * s2).to(dtype)
+    # lanes this program writes: all of them to q (a query head) or to the caches (a key head), none elsewhere;
+    # spelled as one comparison, so the mask is a plain boolean block (Triton's interpreter takes no other kind)
+    q_lanes = o < half * is_q.to(tl.int32)
+    k_lanes = o < half * is_k.to(tl.int32)
     qo = QOUT + n * stride_qo_n + tl.minimum(h, HQ - 1) * stride_qo_h
-    tl.store(qo + o, y1, mask=(o < half) & is_q)
-    tl.store(qo + half + o, y2, mask=(o < half) & is_q)
+    tl.store(qo + o, y1, mask=q_lanes)
+    tl.store(qo + half + o, y2, mask=q_lanes)
     ko = KC + slot * stride_cs + pos * stride_cl + hk * stride_ch
-    tl.store(ko + o, y1, mask=(o < half) & is_k)
-    tl.store(ko + half + o, y2, mask=(o < half) & is_k)
+    tl.store(ko + o, y1, mask=k_lanes)
+    tl.store(ko + half + o, y2, mask=k_lanes)
     vi = QKV + n * stride_qkv + (HQ + HKV + hk) * D
     vo = VC + slot * stride_cs + pos * stride_cl + hk * stride_ch
-    v1 = tl.load(vi + o, mask=(o < half) & is_k, other=0.0)
-    v2 = tl.load(vi + half + o, mask=(o < half) & is_k, other=0.0)
-    tl.store(vo + o, v1, mask=(o < half) & is_k)
-    tl.store(vo + half + o, v2, mask=(o < half) & is_k)
+    v1 = tl.load(vi + o, mask=k_lanes, other=0.0)
+    v2 = tl.load(vi + half + o, mask=k_lanes, other=0.0)
+    tl.store(vo + o, v1, mask=k_lanes)
+    tl.store(vo + half + o, v2, mask=k_lanes)
 
 
 def qk_rope_store(qkv, qk_norm, eps, cos, sin, positions, slots, k_cache, v_cache, num_heads):

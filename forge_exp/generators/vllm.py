@@ -166,6 +166,10 @@ class VllmEngine:
             max_num_seqs=o.max_num_seqs,
             enable_prefix_caching=o.enable_prefix_caching,
             enable_sleep_mode=o.enable_sleep_mode,
+            # vLLM discards the token sampled for a prompt whose prefill was split across steps and rewinds that
+            # request's seeded generator, which a CPU generator cannot do (it crashes the engine: multi-turn
+            # episodes send long prompts many at a time); on CPU every prompt is prefilled in one step instead
+            enable_chunked_prefill=False if on_cpu else None,
             # the contract of the module docstring; vLLM's default would be the pre-temperature logprobs
             logprobs_mode="processed_logprobs",
             # token ids in and out: no tokenizer in the engine, no detokenizing

@@ -10,12 +10,14 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from forge_exp.models.hf import load_causal_lm, load_tokenizer
+
+if TYPE_CHECKING:  # only annotations here: the modeling code loads with the model (models/hf.py)
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 OPTIMIZER = "optimizer.pt"  # optimizer state_dict (torch.save) beside the weights, for resuming training
 

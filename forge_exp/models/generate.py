@@ -19,18 +19,21 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Collection
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
 
 from forge_exp.models.sampling import row_key, sample
+
+if TYPE_CHECKING:  # only annotations here: the modeling code loads with the model (models/hf.py)
+    from transformers import PreTrainedModel
 
 
 class Generation(NamedTuple):
     token_ids: list[int]  # sampled tokens, the EOS token included when the row stopped on it
     logprobs: list[float]  # behaviour logprob of each token in token_ids: log_softmax(logits / T), full vocabulary
     stop_reason: str  # "eos" | "length"
+    policy_version: int | None = None  # the weights version it started under (set by the generator service)
 
 __all__ = ["Generation", "generate", "left_pad", "positions_from_mask"]
 
@@ -78,6 +81,8 @@ def generate(
     To draw a group of n samples per prompt, repeat the prompt n times in `prompt_ids`. Row r draws with the key
     (seed, r); without `seed` one is drawn from `generator` (or torch's global generator when that is None too).
     """
+    from transformers import DynamicCache  # here, not at the top: importing this module loads no modeling code
+
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0 or not 0 < top_p <= 1:

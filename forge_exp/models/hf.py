@@ -13,11 +13,15 @@ import threading
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from forge_exp import choices
+
+if TYPE_CHECKING:  # transformers' modeling code is imported by the loaders below, not here: a process that only
+    # needs a tokenizer (the dataset service) or a ModelSpec (the CLI's preflight) saves ~2.5 s and ~150 MiB
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DTYPES = {name: getattr(torch, name) for name in choices.DTYPES}
 # A model directory has one of these: a single safetensors/bin file or the index of a sharded one.
@@ -37,6 +41,8 @@ def load_causal_lm(
     gradient_checkpointing: bool = False,
 ) -> PreTrainedModel:
     """Load a causal LM from a local directory or the local HF cache (never the network), on CPU."""
+    from transformers import AutoModelForCausalLM
+
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     with _LOAD_LOCK:
@@ -60,6 +66,8 @@ def enable_activation_checkpointing(model: PreTrainedModel) -> None:
 
 def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
     """Load a tokenizer locally; prompts are left-padded, and a tokenizer without a pad token pads with EOS."""
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(path_or_id, local_files_only=True)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:

@@ -16,11 +16,15 @@ Megatron-LM's `VocabParallelCrossEntropy`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.distributed as dist
-from transformers import PreTrainedModel
 
 from forge_exp.models.generate import positions_from_mask
+
+if TYPE_CHECKING:  # only annotations here: the modeling code loads with the model (models/hf.py)
+    from transformers import PreTrainedModel
 
 CHUNK_ROWS = 4096  # rows of logits alive at once: 4096 x 151936 x 4 bytes = 2.5 GB per float32 temporary
 

@@ -13,6 +13,9 @@ truncation; for T == 0 (greedy) it is log_softmax(logits), T = 1 (see models/gen
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
+
 import torch
 
 M32 = 0xFFFFFFFF
@@ -42,6 +45,13 @@ def row_key(seed: int, row: int) -> int:
     keys: each step of the mix is a bijection of 32-bit values."""
     s = _fmix32_int((seed & M32) ^ _fmix32_int(((seed >> 32) & M32) + 0x3C6EF372))
     return _fmix32_int(s ^ ((row * 0x9E3779B9 + 0xBB67AE85) & M32))
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A call seed made of `parts` (a run's seed, a batch, a call index...): the same in every process, run and
+    schedule, unlike Python's salted hash(); 62 bits."""
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2
 
 
 def uniform(keys: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
@@ -86,3 +96,29 @@ def sample(
         tokens = torch.where(top_p < 1, picked, tokens)
     tokens = torch.where(greedy, logits.argmax(-1), tokens)
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How to sample the completions of one `generate` call.
+
+    `seed` is optional: when set, the draws of this call are fixed by it (row r = prompt_index * n + sample_index
+    draws its token at step t from noise keyed by (seed, r, t)), whatever else the engine batches with it; when None
+    the engine takes the next seed of its own stream.
+    """
+
+    n: int = 1  # completions per prompt
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # keep 1 for RL (see models/generate.py on behaviour logprobs under top-p)
+    max_new_tokens: int = 64
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"sampling n (completions per prompt) must be an integer >= 1, got {self.n!r}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"sampling max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if self.temperature < 0:
+            raise ValueError(f"sampling temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling top_p must be in (0, 1], got {self.top_p}")

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from forge_exp.models.hf import DTYPES, ModelSpec, enable_activation_checkpointing
 from forge_exp.models.tokenizer import ALPHABET, build_char_tokenizer
+
+if TYPE_CHECKING:  # the modeling code is imported when a model is built (see models/hf.py)
+    from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 
 def qwen3(
@@ -33,6 +37,8 @@ def qwen3(
     attn_implementation: str = "sdpa",
 ) -> Qwen3ForCausalLM:
     """A randomly initialised Qwen3ForCausalLM (float32, tied embeddings) from the given sizes and seed."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
     config = Qwen3Config(
         vocab_size=vocab_size,
         hidden_size=hidden_size,

@@ -24,11 +24,14 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from forge_exp.rl.types import Problem
+
+if TYPE_CHECKING:  # only annotations here: the modeling code loads with the model (models/hf.py)
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 def collate_sft(

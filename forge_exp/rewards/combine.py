@@ -86,3 +86,11 @@ def score_group(
         components.append(parts)
         failures += any(parts[f"failed/{name}"] for name in reward.names)
     return totals, components, failures
+
+
+def component_means(groups: Sequence[Any]) -> dict[str, float]:
+    """The mean of each reward component over every completion of `groups` (scored Groups; a component a
+    completion lacks counts as 0)."""
+    comps = [comp for g in groups for comp in g.components]
+    names = sorted({k for comp in comps for k in comp})
+    return {k: sum(comp.get(k, 0.0) for comp in comps) / len(comps) for k in names} if comps else {}

@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import inspect
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,9 +72,10 @@ def locate(target: Any, key: str) -> Any:
 
 def accepted_parameters(obj: Any) -> tuple[dict[str, inspect.Parameter], bool]:
     """(named parameters, takes **kwargs) of a class's constructor or a function."""
-    import torch
+    torch = sys.modules.get("torch")  # a process that never imported torch (a reward worker) has no nn.Module
 
-    if inspect.isclass(obj) and issubclass(obj, torch.nn.Module) and obj.__init__ is torch.nn.Module.__init__:
+    if (torch is not None and inspect.isclass(obj) and issubclass(obj, torch.nn.Module)
+            and obj.__init__ is torch.nn.Module.__init__):
         return {}, False  # nn.Module's own __init__(*args, **kwargs) accepts nothing in practice
     try:
         params = inspect.signature(obj).parameters

@@ -9,7 +9,7 @@ from forge_exp.config.services import ServicesConfig
 
 # GPUs are handed out in this order, so `services=three_gpu` puts the trainer on GPU 0, the reference
 # model on GPU 1 and the generator on GPU 2.
-GPU_ORDER = ("trainer", "ref_model", "generator", "reward", "dataset", "replay_buffer")
+GPU_ORDER = ("trainer", "ref_model", "generator", "reward", "env", "dataset", "replay_buffer")
 
 
 @dataclass
@@ -34,9 +34,11 @@ class MeshPlan:
         return self.replicas * self.procs * self.gpus
 
 
-def needed_services(beta: float) -> set[str]:
-    """The services a run uses: the reference model only when the KL term is on."""
-    return set(GPU_ORDER) - ({"ref_model"} if beta == 0 else set())
+def needed_services(beta: float, multi_turn: bool = False) -> set[str]:
+    """The services a run uses: the reference model only when the KL term is on; environment workers (which score
+    their own episodes) instead of reward workers for a multi-turn environment."""
+    unused = ({"ref_model"} if beta == 0 else set()) | ({"reward"} if multi_turn else {"env"})
+    return set(GPU_ORDER) - unused
 
 
 def plan_meshes(services: ServicesConfig, needed: set[str] | None = None,
@@ -81,7 +83,7 @@ def plan_meshes(services: ServicesConfig, needed: set[str] | None = None,
 def plan_for(config) -> dict[str, MeshPlan]:
     """The meshes of a run: its services layout, the services it uses, and which engines drive their own workers."""
     drives = frozenset({"generator"}) if getattr(config.generator, "drives_workers", False) else frozenset()
-    return plan_meshes(config.services, needed_services(config.algorithm.beta), drives)
+    return plan_meshes(config.services, needed_services(config.algorithm.beta, config.env.multi_turn), drives)
 
 
 def gpus_needed(meshes: dict[str, MeshPlan]) -> int:

@@ -14,8 +14,10 @@ import itertools
 import logging
 from typing import Any
 
-from monarch.actor import ProcMesh, this_host
+from monarch.actor import ProcMesh, this_host, this_proc
 
+from forge_exp.config.services import CONTROLLER
+from forge_exp.runtime.bootstrap import bootstrap_command
 from forge_exp.runtime.layout import MeshPlan
 from forge_exp.runtime.supervision import Supervisor, configure_monarch
 
@@ -25,20 +27,23 @@ log = logging.getLogger(__name__)
 class Service:
     """Handle to one service's actors: `route()` → one replica, `fanout()` → every replica."""
 
-    def __init__(self, name: str, actors: Any, replicas: int, collective: bool = False):
+    def __init__(self, name: str, actors: Any, replicas: int, collective: bool = False, local: bool = False):
         self.name = name
         self.actors = actors
         self.replicas = replicas
         self.collective = collective
+        self.local = local  # one actor in the controller's process (mesh: controller): nothing to slice
         self._next = itertools.cycle(range(replicas))
 
     def route(self) -> Any:
+        if self.local:
+            return self.actors
         if self.collective:
             return _EveryProcess(self.actors.slice(replicas=next(self._next)))
         return self.actors.slice(replicas=next(self._next), procs=0)
 
     def replica(self, i: int) -> Any:
-        return self.actors.slice(replicas=i, procs=0)
+        return self.actors if self.local else self.actors.slice(replicas=i, procs=0)
 
     def fanout(self) -> Any:
         return self.actors
@@ -61,7 +66,7 @@ class Runtime:
                 if plan.name not in self.procs:
                     self.procs[plan.name] = this_host().spawn_procs(
                         per_host={"replicas": plan.replicas, "procs": plan.spawn_procs}, name=plan.name,
-                        bootstrap_command=_service_process(),
+                        bootstrap_command=bootstrap_command(),  # runtime/bootstrap.py: ignores stop signals, exits fast
                     )
                 return plan, self.procs[plan.name]
         raise KeyError(f"service '{service}' is not in the services layout")
@@ -69,6 +74,11 @@ class Runtime:
     def spawn(self, service: str, actor_cls: type, *args: Any, **kwargs: Any) -> Service:
         """Spawn `actor_cls` on the service's mesh. The actor receives `devices` ([replica][proc] → device string)
         and `threads` as keyword arguments so it can place itself."""
+        if self._in_controller(service):
+            plan = next(p for p in self.plans.values() if service in p.services)
+            actors = this_proc().spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads,
+                                       **kwargs)
+            return Service(service, actors, 1, local=True)
         plan, procs = self._mesh_for(service)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
         self.supervisor.meshes[service] = plan.name
@@ -88,7 +98,13 @@ class Runtime:
         self.supervisor.meshes[service] = plan.name
         return Service(service, actors, plan.replicas, collective=True)
 
+    def _in_controller(self, service: str) -> bool:
+        """services.<service>.mesh=controller: the actor lives in this process (stopped when it exits)."""
+        return CONTROLLER in self.plans and service in self.plans[CONTROLLER].services
+
     async def stop(self) -> None:
+        """Close the torch.distributed worlds, then stop every mesh at once: each stop waits ~0.5 s for its
+        processes to exit, so one after the other made shutdown grow with the number of meshes (benchmarks/lean.md)."""
         errors = []
         for name, world in list(self.worlds.items()):
             try:
@@ -98,11 +114,13 @@ class Runtime:
             except Exception as e:  # keep stopping the rest
                 errors.append(f"{name} torch world: {e}")
             self.worlds.pop(name, None)
-        meshes = list(self.procs.items())
-        self.procs.clear()
-        # together: each takes seconds (its actors' cleanup), and a failed run should end promptly
-        stopped = await asyncio.gather(*(procs.stop() for _, procs in meshes), return_exceptions=True)
-        errors += [f"{name}: {e}" for (name, _), e in zip(meshes, stopped) if isinstance(e, BaseException)]
+        procs, self.procs = dict(self.procs), {}
+        # together: each waits ~0.5 s for its processes to exit, and a failed run should end promptly
+        results = await asyncio.gather(*(p.stop() for p in procs.values()), return_exceptions=True)
+        for r in results:  # Ctrl-C or cancellation while stopping: after every mesh was asked to stop
+            if isinstance(r, BaseException) and not isinstance(r, Exception):
+                raise r
+        errors += [f"{name}: {r}" for name, r in zip(procs, results) if isinstance(r, Exception)]
         if errors:
             log.warning("errors while stopping proc meshes: %s", "; ".join(errors))
 
@@ -120,16 +138,6 @@ class Runtime:
             await self.stop()
         finally:
             self.supervisor.uninstall()
-
-
-def _service_process():
-    """Monarch's bootstrap command, through runtime/proc_main.py: the process ignores the stop signals."""
-    from monarch.actor import default_bootstrap_cmd
-
-    cmd = default_bootstrap_cmd()
-    if cmd.args[-1:] == ["monarch._src.actor.bootstrap_main"]:  # (a packaged binary keeps its own entry point)
-        cmd.args = [*cmd.args[:-1], "forge_exp.runtime.proc_main"]
-    return cmd
 
 
 class _EveryProcess:

@@ -4,6 +4,12 @@ Only apps/ and cli.py use this module. Metrics are buffered and sent with `log_b
 costs ~20 ms on a sqlite store, which would dominate a fast CPU step. A batch the store refuses or does not answer
 (a server restarting) is kept, on disk when the run has a directory, and sent again on the next flush; the run goes
 on. tracking/store.py creates the store, probes it, and closes what a dead controller left RUNNING.
+
+Everything that talks to the store runs on one background thread, in call order: importing mlflow (~1.2 s) and
+opening the store and the run (~1-3 s on a fresh sqlite store) overlap with spawning the services instead of
+delaying them (benchmarks/lean.md), and a periodic flush() does not stall the loop. Reading the run's identity
+(`run_id`, `experiment_id`) or anything from the store waits for the thread; send()/commit() return once the rows
+are stored (checkpoints rely on it); a failure of the thread is raised by the next call to the tracker.
 """
 
 from __future__ import annotations
@@ -14,14 +20,12 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.tracking import MlflowClient
-
 from forge_exp.tracking.store import (  # noqa: F401 — ensure_store: the sweep callback's too
-    SPOOL_FILE, Ownership, create_experiment, ensure_store, read_spool, store_lock, wait_for, write_spool,
+    SPOOL_FILE, Ownership, create_experiment, ensure_store, read_spool, send_rows, store_lock, wait_for, write_spool,
 )
 
 log = logging.getLogger(__name__)
@@ -77,87 +81,146 @@ class Tracker:
         run_dir: str | os.PathLike | None = None,
         close_wait_s: float = CLOSE_WAIT_S,
     ):
-        """hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once the checkpoint
+        """Returns at once; the store and the run are opened on the tracker's thread (see the module docstring).
+        hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once the checkpoint
         that covers their steps is on disk, so a resumed run logs no step twice. `run_dir`: where the run claims
         its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take."""
-        ensure_store(uri)
         self.uri = uri
-        self.client = MlflowClient(uri)
-        with store_lock(uri):  # several runs starting at once on a new store: one creates the experiment
-            exp_id = create_experiment(self.client, experiment, artifact_location=_artifact_root(uri),
-                                       tags=EXPERIMENT_KIND)
-        exp = self.client.get_experiment(exp_id)
-        if not set(EXPERIMENT_KIND.items()) <= set(exp.tags.items()):  # a store made before this tag existed
-            for k, v in EXPERIMENT_KIND.items():
-                self.client.set_experiment_tag(exp_id, k, v)
-        self.experiment_id = exp_id
-        all_tags = dict(tags or {})
-        if parent_run_id:
-            all_tags["mlflow.parentRunId"] = parent_run_id
-        if run_id is None:
-            run = self.client.create_run(exp_id, run_name=run_name, tags=all_tags)
-            run_id = run.info.run_id
-        else:  # resuming: same run, more steps
-            self.client.update_run(run_id, status="RUNNING")
-            self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
-        self.run_id = run_id
         self.hold = hold
-        self._metrics: list[Metric] = []
+        self.run_dir = Path(run_dir) if run_dir is not None else None
         self.owner = Ownership(run_dir) if run_dir is not None else None
-        self.spool = Path(run_dir) / SPOOL_FILE.format(run_id=run_id) if run_dir is not None else None
-        self._unsent: list[tuple] = read_spool(self.spool) if self.spool else []  # rows the store did not take
+        self.spool: Path | None = None  # set once the run id is known
+        self._unsent: list[tuple] = []  # rows the store did not take (only the tracker's thread touches them)
         self._retry_at, self._failures = 0.0, 0
         self.close_wait_s = close_wait_s
-        if self.owner is not None:
-            self.owner.claim(uri, run_id)
+        self._metrics: list[tuple[str, float, int, int]] = []
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-exp-mlflow")
+        self._queued: list[Future] = []
+        self._opened = self._io.submit(self._open, experiment, run_name, dict(tags or {}), run_id, parent_run_id)
+
+    def _open(self, experiment, run_name, tags, run_id, parent_run_id) -> None:
+        from mlflow.entities import RunTag
+        from mlflow.tracking import MlflowClient
+
+        ensure_store(self.uri)
+        self._client = client = MlflowClient(self.uri)
+        with store_lock(self.uri):  # several runs starting at once on a new store: one creates the experiment
+            exp_id = create_experiment(client, experiment, artifact_location=_artifact_root(self.uri),
+                                       tags=EXPERIMENT_KIND)
+        exp = client.get_experiment(exp_id)
+        if not set(EXPERIMENT_KIND.items()) <= set(exp.tags.items()):  # a store made before this tag existed
+            for k, v in EXPERIMENT_KIND.items():
+                client.set_experiment_tag(exp_id, k, v)
+        self._experiment_id = exp_id
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        if run_id is None:
+            run_id = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+        else:  # resuming: same run, more steps
+            client.update_run(run_id, status="RUNNING")
+            client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        self._run_id = run_id
+        if self.run_dir is not None:
+            self.spool = self.run_dir / SPOOL_FILE.format(run_id=run_id)
+            self._unsent = read_spool(self.spool)
+            self.owner.claim(self.uri, run_id)
+
+    # --- the run, once open (these wait for the tracker's thread) --------------------------------------------
+    @property
+    def client(self):
+        self._opened.result()
+        return self._client
+
+    @property
+    def run_id(self) -> str:
+        self._opened.result()
+        return self._run_id
+
+    @property
+    def experiment_id(self) -> str:
+        self._opened.result()
+        return self._experiment_id
+
+    def _later(self, fn, *args) -> Future:
+        """Queue fn(*args) on the tracker's thread, after everything queued before it."""
+        self._raise_failure()
+        future = self._io.submit(fn, *args)
+        self._queued.append(future)
+        return future
+
+    def _now(self, fn, *args):
+        return self._later(fn, *args).result()
+
+    def _raise_failure(self) -> None:
+        """Raise the error of an earlier queued call that failed (opening the run included); forget those done."""
+        if self._opened.done():
+            self._opened.result()
+        done = [f for f in self._queued if f.done()]
+        self._queued = [f for f in self._queued if not f.done()]
+        for f in done:
+            f.result()
 
     # --- params / tags -------------------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
-        existing = self.client.get_run(self.run_id).data.params
+        self._later(self._log_params, params)
+
+    def _log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        existing = self._client.get_run(self._run_id).data.params
         items = [
             Param(k, str(v)[:MAX_PARAM_LEN])
             for k, v in flatten(params).items()
             if k not in existing
         ]
         for i in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[i : i + 100])
+            self._client.log_batch(self._run_id, params=items[i : i + 100])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if tags:
-            self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+            self._later(self._set_tags, dict(tags))
+
+    def _set_tags(self, tags: dict[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        self._client.log_batch(self._run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     # --- metrics -------------------------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Buffered; sent by flush() (called by the app every few steps and at the end) or, in hold mode, commit()."""
+        self._raise_failure()  # a run that could not be opened stops the loop at its next step, not at the end
         ts = int(time.time() * 1000)
         for k, v in metrics.items():
             try:
                 v = float(v)
             except (TypeError, ValueError):
                 continue
-            self._metrics.append(Metric(k, v, ts, step))
+            self._metrics.append((k, v, ts, step))
         if len(self._metrics) >= BATCH and not self.hold:
             self.flush()
 
     def flush(self) -> None:
+        """Send the buffered metrics without waiting for the store (hold mode: nothing, commit() sends)."""
         if not self.hold:
-            self.commit()
+            self._later(self._deliver, self.take_pending())
 
     def take_pending(self) -> list[tuple[str, float, int, int]]:
         """The buffered metrics as plain (key, value, timestamp, step) rows, removed from the buffer."""
-        rows = [(m.key, m.value, m.timestamp, m.step) for m in self._metrics]
-        self._metrics = []
+        rows, self._metrics = self._metrics, []
         return rows
 
     def send(self, rows: list[tuple[str, float, int, int]]) -> bool:
-        """Send rows (after any still unsent). If the store does not take them they are kept (and spooled to
-        disk) and tried again on a later send; returns whether everything has been sent."""
+        """Send rows (after any still unsent) and wait. If the store does not take them they are kept (and spooled
+        to disk) and tried again on a later send; returns whether everything has been sent."""
+        return self._now(self._deliver, list(rows))
+
+    def _deliver(self, rows: list[tuple]) -> bool:
         self._unsent.extend(rows)
         if not self._unsent or time.monotonic() < self._retry_at:
             self._save_unsent()
             return not self._unsent
         try:
-            self._send(self._unsent)
+            send_rows(self._client, self._run_id, self._unsent, BATCH)
         except Exception as e:  # noqa: BLE001 — a store that is down or refuses: keep the rows, carry on
             self._retry_at = time.monotonic() + RETRY_S[min(self._failures, len(RETRY_S) - 1)]
             self._failures += 1
@@ -172,11 +235,6 @@ class Tracker:
         self._save_unsent()
         return True
 
-    def _send(self, rows: list[tuple]) -> None:
-        metrics = [Metric(*row) for row in rows]
-        for i in range(0, len(metrics), BATCH):
-            self.client.log_batch(self.run_id, metrics=metrics[i : i + BATCH])
-
     def _save_unsent(self) -> None:
         if self.spool is not None and (self._unsent or self.spool.exists()):
             write_spool(self.spool, self._unsent)
@@ -190,44 +248,52 @@ class Tracker:
 
     def metric_at(self, key: str, step: int) -> float:
         """A logged value (e.g. the start-of-run evaluation, read back when resuming); NaN if absent."""
-        values = [m.value for m in self.client.get_metric_history(self.run_id, key) if m.step == step]
+        history = self._now(lambda: self._client.get_metric_history(self._run_id, key))
+        values = [m.value for m in history if m.step == step]
         return values[-1] if values else float("nan")
 
     # --- artifacts -----------------------------------------------------------------------------------------
     def log_text(self, text: str, path: str) -> None:
-        self.client.log_text(self.run_id, text, path)
+        self._later(lambda: self._client.log_text(self._run_id, text, path))
 
     def log_table(self, columns: Mapping[str, list], path: str) -> None:
-        self.client.log_table(self.run_id, data=dict(columns), artifact_file=path)
+        data = dict(columns)
+        self._later(lambda: self._client.log_table(self._run_id, data=data, artifact_file=path))
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def close(self, status: str = "FINISHED", wait_s: float | None = None) -> bool:
         """Send what is left and set the final status, trying for up to wait_s while the store does not answer;
         if it still does not, the status and the rows are left in the run dir for the next start (reconcile).
-        Returns whether MLflow has everything."""
-        if status == "FINISHED" or not self.hold:  # held metrics of a failed run would be logged again on resume
-            rows = self.take_pending()
-        else:
-            rows = []
+        Waits for the tracker's thread to finish; returns whether MLflow has everything."""
+        rows = self.take_pending() if status == "FINISHED" or not self.hold else []
+        # held metrics of a failed run are not logged: they would be logged again on resume
+        wait_s = self.close_wait_s if wait_s is None else wait_s
+        try:
+            self._opened.result()  # a run that could not be opened has nothing to close: its error is raised
+            done = self._io.submit(self._finish, rows, status, wait_s).result()
+            self._raise_failure()  # an artifact the store refused earlier
+            return done
+        finally:
+            self._io.shutdown(wait=True)
+
+    def _finish(self, rows: list[tuple], status: str, wait_s: float) -> bool:
         self._unsent.extend(rows)
-        self._retry_at = 0.0
 
         def finish() -> None:
             if self._unsent:
-                self._send(self._unsent)
+                send_rows(self._client, self._run_id, self._unsent, BATCH)
                 self._unsent = []
-            self.client.set_terminated(self.run_id, status=status)
+            self._client.set_terminated(self._run_id, status=status)
 
-        wait_s = self.close_wait_s if wait_s is None else wait_s
         try:
             wait_for(finish, wait_s)
         except Exception as e:  # noqa: BLE001
             self._save_unsent()
             if self.owner is not None:
                 self.owner.pending(status)
-            where = f"; {self.spool.parent} keeps them for the next start there" if self.owner else ""
+            where = f"; {self.run_dir} keeps them for the next start there" if self.owner else ""
             print(f"forge-exp: warning: MLflow at {self.uri} did not answer for {wait_s:.0f} s ({type(e).__name__}):"
-                  f" run {self.run_id} is not marked {status}, {len(self._unsent)} metric rows unsent{where}",
+                  f" run {self._run_id} is not marked {status}, {len(self._unsent)} metric rows unsent{where}",
                   file=sys.stderr)
             return False
         self._save_unsent()
@@ -245,8 +311,9 @@ class Tracker:
         status = getattr(exc, "run_status", None) or ("KILLED" if issubclass(exc_type, KeyboardInterrupt) else
                                                       "FAILED")
         with contextlib.suppress(Exception):  # the error is what matters; MLflow may be the thing that is down
-            self.client.set_tag(self.run_id, "forge_exp.error" if status == "FAILED" else "forge_exp.stop",
-                                (str(exc) or exc_type.__name__).splitlines()[0][:5000])
+            why = (str(exc) or exc_type.__name__).splitlines()[0][:5000]
+            key = "forge_exp.error" if status == "FAILED" else "forge_exp.stop"
+            self._now(lambda: self._client.set_tag(self._run_id, key, why))
         self.close(status)
 
     def run_url(self) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
+from forge_exp.data.tool_arithmetic import warmstart_inputs
 from forge_exp.models.checkpoint import OPTIMIZER, save_hf_checkpoint
 from forge_exp.models.hf import DTYPES, ModelSpec
 from forge_exp.models.warmstart import warmstart
@@ -81,10 +82,11 @@ class HFTrainer:
         return sft_eval(self.model, batches)
 
     # --- warm start, checkpoints ------------------------------------------------------------------------------
-    def warm_start(self, problems: list, steps: int, lr: float, batch_size: int,
-                   target_accuracy: float | None) -> dict[str, float]:
-        return warmstart(self.model, self.tokenizer, problems, steps=steps, lr=lr, batch_size=batch_size,
-                         target_accuracy=target_accuracy)
+    def warm_start(self, items: list, steps: int, lr: float, batch_size: int,
+                   target_accuracy: float | None, seed: int = 0) -> dict[str, float]:
+        """On problems (one answer each) or multi-turn demonstrations (data/tool_arithmetic.py)."""
+        return warmstart(self.model, self.tokenizer, **warmstart_inputs(items, seed), steps=steps, lr=lr,
+                         batch_size=batch_size, target_accuracy=target_accuracy)
 
     def save(self, directory: str, metadata: dict | None = None, optimizer: bool = True) -> str:
         """HF-format weights + tokenizer (+ optimizer state and metadata files), written atomically."""

@@ -106,16 +106,17 @@ class TitanBackend:
             out.update({f"trainer/gpu_peak_gib/rank{r}": m[1] for r, m in enumerate(every)})
         return out
 
-    def warm_start(self, problems: list, steps: int, lr: float, batch_size: int,
-                   target_accuracy: float | None) -> dict[str, float]:
+    def warm_start(self, items: list, steps: int, lr: float, batch_size: int,
+                   target_accuracy: float | None, seed: int = 0) -> dict[str, float]:
+        from forge_exp.data.tool_arithmetic import warmstart_inputs
         from forge_exp.models.warmstart import warmstart
 
         metrics, where = {}, [tempfile.mkdtemp(prefix="forge-exp-warm-") if self.rank == 0 else None]
         dist.broadcast_object_list(where, src=0)
         hf = _hf_model_of(self)  # collective: every rank takes part in gathering the weights
         if self.rank == 0:
-            metrics = warmstart(hf, self.tokenizer, problems, steps=steps, lr=lr, batch_size=batch_size,
-                                target_accuracy=target_accuracy)
+            metrics = warmstart(hf, self.tokenizer, **warmstart_inputs(items, seed), steps=steps, lr=lr,
+                                batch_size=batch_size, target_accuracy=target_accuracy)
             hf.save_pretrained(where[0])
         dist.barrier()
         self.trainer.load_hf(where[0])

@@ -13,6 +13,7 @@ from forge_exp.actors.generator import Generator
 from forge_exp.actors.replay_buffer import ReplayBufferService
 from forge_exp.actors.reward import RewardWorker
 from forge_exp.config.services import ServicesConfig, ServiceSpec
+from forge_exp.rewards.combine import component_means
 from forge_exp.rl.types import Completion, Episode, Group, Problem
 from forge_exp.runtime.layout import plan_meshes
 from forge_exp.runtime.services import Runtime
@@ -47,8 +48,8 @@ async def exercise() -> dict:
         answer = Group(Problem("1+2=", "3"), [
             Completion([1], [5], [-0.1], "eos", 0, text="3"), Completion([1], [6], [-0.1], "eos", 0, text="4"),
         ])
-        scored, reward_metrics = await reward.route().score.call_one([answer])
-        out["scored"], out["reward_metrics"] = scored[0], reward_metrics
+        scored = await reward.route().score.call_one([answer])
+        out["scored"] = scored[0]
 
         episodes = [Episode(c, 1.0, 0.5) for c in groups[0].completions]
         out["size"] = await buffer.route().add.call_one(episodes)
@@ -70,6 +71,6 @@ def test_services_on_real_proc_meshes():
     assert len(list(out["fanout"].values())) == 2  # one answer per generator replica
     assert len(out["children_while_running"] - before) >= 3  # host, two generator replicas: real processes
     assert out["scored"].rewards == [1.0, 0.0] and out["scored"].correct == [True, False]
-    assert out["reward_metrics"]["reward/exact"] == 0.5
+    assert component_means([out["scored"]])["exact"] == 0.5
     assert out["size"] == 4 and out["too_few"] is None and len(out["batch"]) == 4
     assert out["children_after"] - before == set(), "proc meshes left running after stop()"

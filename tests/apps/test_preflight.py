@@ -66,3 +66,10 @@ def test_components_are_imported_and_their_arguments_checked():
         preflight("+reward.functions.exact.scale=2")
     with pytest.raises(ValueError, match=r"^trainer\._target_: cannot import 'my\.Trainer'"):
         preflight("trainer._target_=my.Trainer")
+
+
+def test_the_tool_experiment_passes_and_a_model_that_cannot_write_the_tool_format_is_refused():
+    preflight("experiment=tool_arithmetic")
+    with pytest.raises(ValueError, match=r"^env\.chat_format=tiny writes tool calls and results with '\[\]\(\)\?', "
+                                         r"which model\.alphabet lacks"):
+        preflight("env=calculator", "env.chat_format=tiny")

@@ -5,18 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from hydra import compose, initialize_config_module
-
-from forge_exp.config.aliases import expand
-from forge_exp.config.store import register
+from forge_exp.config.compose import compose
 from tests.conftest import CONF, ROOT
-
-register()
 
 
 def compose_cfg(*overrides: str):
-    with initialize_config_module(config_module="forge_exp.conf", version_base=None):
-        return compose(config_name="config", overrides=expand(list(overrides)))
+    return compose(list(overrides))
 
 
 def options(group: str) -> list[str]:
@@ -37,3 +31,24 @@ def typed(*overrides: str):
     from omegaconf import OmegaConf
 
     return OmegaConf.to_object(compose_cfg(*overrides))
+
+
+def run_experiment(tmp_path, *args: str, timeout: int = 900):
+    """A whole `forge-exp` run into its own MLflow store: (the finished process, the client, the run)."""
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cmd = [sys.executable, "-m", "forge_exp.cli", *args, "progress=false", f"hydra.run.dir={tmp_path}/run",
+           f"tracking.uri={uri}"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})  # actor processes import test modules
+    assert done.returncode == 0, done.stderr[-4000:]
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return done, client, run
+
+
+def metric_history(client, run, key: str) -> list[float]:
+    return [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]

@@ -101,3 +101,14 @@ def test_aliases_are_the_same_node_as_the_loss_knobs():
 def test_the_horizon_follows_the_dataset():
     c = OmegaConf.to_object(compose_cfg("algorithm=dr_grpo", "dataset.max_new_tokens=12"))
     assert c.algorithm.loss.horizon == 12
+
+
+def test_the_tool_experiment_is_multi_turn_on_the_tool_alphabet():
+    from forge_exp.choices import TOOL_ALPHABET
+    from forge_exp.runtime.layout import plan_for
+
+    config = validate(compose_cfg("experiment=tool_arithmetic"))
+    assert config.model.alphabet == TOOL_ALPHABET and config.env.multi_turn and config.env.demonstrations > 0
+    services = {name for plan in plan_for(config).values() for name in plan.services}
+    assert "env" in services and "reward" not in services  # environment workers score their own episodes
+    assert not validate(compose_cfg()).env.multi_turn  # the default stays single-turn

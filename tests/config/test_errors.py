@@ -40,6 +40,12 @@ from tests.config.helpers import compose_cfg, error_lines, run_cli
         ("services.reward.procs=2", r"^services\.reward\.procs must be 1"),
         ("parallelism.tensor_parallel=2", r"^parallelism\.tensor_parallel must be 1"),
         ("generator.slots=0", r"^generator\.slots must be >= 1"),
+        ("env=calculator env.max_turns=0", r"^env\.max_turns must be in \[1, 1000\]"),
+        ("env=calculator env.max_total_tokens=1", r"^env\.max_total_tokens must be in \[2, "),
+        ("env=calculator env.tool_timeout_s=0", r"^env\.tool_timeout_s must be in \(0, 3600\]"),
+        ("env=calculator env.direct_fraction=2", r"^env\.direct_fraction must be in \[0, 1\]"),
+        ("env=calculator env.demonstrations=8", r"^env\.demonstrations must be 0 unless "
+                                                r"env\.chat_format=tiny"),
         ("eval.pass_k=1", r"^eval\.pass_k must be 0 \(off\) or >= 2"),
         ("eval.temperature=-1", r"^eval\.temperature must be in \(0, inf\]"),
         ("checkpoint.keep=0", r"^checkpoint\.keep must be >= 1"),
@@ -67,6 +73,8 @@ def test_cli_errors_are_one_line_with_the_closest_key_and_spawn_nothing(tmp_path
         ("algorithm.loss.kl_estimator=k4",): "algorithm.loss.kl_estimator=k4: Invalid value 'k4', expected one of "
                                              "[k1, k2, k3]",
         ("algorithm.clip_low=1.5",): "algorithm.loss.clip_low must be in [0, 1) or null, got 1.5",
+        ("env=calculator", "env.chat_format=chatml"): "env.chat_format=chatml: Invalid value 'chatml', expected one "
+                                                     "of [tiny, qwen3, llama3]",
         ("dataset=jsonl", "dataset.train_path=data/{split}.jsonl"): "cannot parse the override",
     }
     for args, expected in cases.items():

@@ -13,6 +13,11 @@ from tests.envs.helpers import Scripted
 TOK, FMT = build_char_tokenizer(TOOL_ALPHABET), TinyToolFormat()
 
 
+def take(task, count: int, seed: int = 1) -> list:
+    stream = task.train_stream(seed)
+    return [next(stream) for _ in range(count)]
+
+
 def test_demonstrations_are_tokenised_exactly_as_rl_episodes():
     """A scripted agent playing the same problem through the driver yields the demonstration's ids and mask."""
     task = tool_task(eval_size=10)
@@ -34,7 +39,7 @@ def test_demonstrations_are_tokenised_exactly_as_rl_episodes():
 
 def test_demonstration_set_mix_and_heldout_disjointness():
     task = tool_task(eval_size=50)
-    demos = demonstrations(task, TOK, FMT, count=200, direct_fraction=0.25, seed=0)
+    demos = demonstrations(take(task, 200), TOK, FMT, direct_fraction=0.25, seed=0)
     with_tool = sum("[" in TOK.decode(d.ids) for d in demos)
     assert 120 < with_tool < 180  # about 75%
     heldout = {p.prompt for p in task.heldout()}
@@ -45,7 +50,7 @@ def test_demonstration_set_mix_and_heldout_disjointness():
 
 def test_warmstart_on_demonstrations_trains_the_model_turns_only():
     task = tool_task(eval_size=10)
-    demos = demonstrations(task, TOK, FMT, count=8, direct_fraction=0.0, seed=0)
+    demos = demonstrations(take(task, 8), TOK, FMT, direct_fraction=0.0, seed=0)
     ids, mask, loss_mask = collate_demonstrations(demos, TOK)
     assert ids.shape == mask.shape == loss_mask.shape and torch.equal(loss_mask & ~mask, torch.zeros_like(mask))
     assert loss_mask.sum() < mask.sum()  # prompt and tool results are not trained on

@@ -53,7 +53,7 @@ def run_watching(cmd: list[str], timeout: float, interrupt_after: float | None =
             seen |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
         except psutil.NoSuchProcess:
             break
-        if interrupt_after is not None and not interrupted and time.time() - start > interrupt_after and len(seen) >= 3:
+        if interrupt_after is not None and not interrupted and time.time() - start > interrupt_after and len(seen) >= 2:
             proc.send_signal(signal.SIGINT)
             interrupted = True
         if time.time() - start > timeout:
@@ -67,7 +67,7 @@ def run_watching(cmd: list[str], timeout: float, interrupt_after: float | None =
 def test_default_experiment_learns_and_lands_in_mlflow(tmp_path, cli):
     code, out, err, seen = run_watching(cli(*SHORT), timeout=400)
     assert code == 0, err[-3000:]
-    assert len(seen) >= 3, "expected Monarch proc meshes for the services"
+    assert len(seen) >= 2, "expected Monarch proc meshes for the trainer and the generator"
     time.sleep(1.0)
     assert descendants_alive(seen) == [], "processes left behind after a successful run"
     assert "mlflow ui --backend-store-uri" in out
@@ -100,7 +100,7 @@ def test_default_experiment_learns_and_lands_in_mlflow(tmp_path, cli):
 def test_ctrl_c_stops_every_process(cli):
     code, out, err, seen = run_watching(cli("steps=500", "progress=false"), timeout=200, interrupt_after=8)
     assert code != 0
-    assert len(seen) >= 3
+    assert len(seen) >= 2  # trainer and generator (the light services live in the controller)
     time.sleep(1.0)
     assert descendants_alive(seen) == [], f"orphans after Ctrl-C: {descendants_alive(seen)}"
 
@@ -113,7 +113,7 @@ def test_a_failing_service_stops_every_process(tmp_path, cli):
     )
     assert code != 0
     assert "boom at step 1" in err
-    assert len(seen) >= 3
+    assert len(seen) >= 2  # trainer and generator (the light services live in the controller)
     time.sleep(1.0)
     assert descendants_alive(seen) == [], f"orphans after a failure: {descendants_alive(seen)}"
     run = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db").search_runs(

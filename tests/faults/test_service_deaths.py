@@ -24,13 +24,16 @@ def killed_mid_run(tmp_path, cache, mesh: str, *args: str) -> tuple[Run, float, 
     return run, time.monotonic() - t0, cmd
 
 
-@pytest.mark.parametrize("mesh, named", [
-    ("generator", "generator (replica 0)"),
-    ("trainer", "trainer (replica 0)"),
-    ("host", "dataset, replay_buffer, reward (replica 0)"),  # the light services share one process
+# Under services=cpu only the generator and the trainer have processes of their own; dataset, reward and replay
+# buffer live in the controller's (killing it is the controller's death: tests/faults/test_stop_signals.py).
+# services=cpu_host gives the light services one process of their own, and a multi-turn run's env workers too.
+@pytest.mark.parametrize("mesh, named, layout", [
+    ("generator", "generator (replica 0)", "services=cpu"),
+    ("trainer", "trainer (replica 0)", "services=cpu"),
+    ("host", "dataset, replay_buffer, reward (replica 0)", "services=cpu_host"),  # one process for the three
 ])
-def test_a_killed_service_fails_the_run_with_its_name(tmp_path, warmstart_cache, mesh, named):
-    run, seconds, cmd = killed_mid_run(tmp_path, warmstart_cache, mesh)
+def test_a_killed_service_fails_the_run_with_its_name(tmp_path, warmstart_cache, mesh, named, layout):
+    run, seconds, cmd = killed_mid_run(tmp_path, warmstart_cache, mesh, layout)
     assert run.proc.returncode == 1, run.err[-3000:]
     assert last_line(run.err) == f"{PREFIX}{named} died: SIGKILL"
     assert "KeyboardInterrupt" not in run.err and "logger-" not in run.err

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -17,10 +15,7 @@ if os.environ.get("FORGE_EXP_REQUIRE_VLLM") == "1":  # .ci/run in .venv-vllm: a 
 else:
     pytest.importorskip("vllm", reason="vLLM is not installed here: these run in .venv-vllm (launchers/setup.sh --vllm)")
 
-from mlflow.tracking import MlflowClient  # noqa: E402
-
-from tests.config.helpers import typed  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+from tests.config.helpers import metric_history, run_experiment, typed  # noqa: E402
 
 PROMPTS = ["12+34=", "7+8=", "90+9="]
 
@@ -63,17 +58,23 @@ def test_a_weight_update_changes_the_generators_outputs_to_the_new_versions(proc
 
 @pytest.mark.slow
 def test_grpo_with_the_vllm_generator_learns(tmp_path, warmstart_cache):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    cmd = [sys.executable, "-m", "forge_exp.cli", "generator=vllm", "generator.kv_cache_gib=0.25", "steps=40",
-           "dataset.eval_size=100", "progress=false", f"model.warmstart.cache_dir={warmstart_cache}",
-           f"hydra.run.dir={tmp_path}/run", f"tracking.uri={uri}"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr[-4000:]
-    client = MlflowClient(uri)
-    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    _, client, run = run_experiment(tmp_path, "generator=vllm", "generator.kv_cache_gib=0.25", "steps=40",
+                                    "dataset.eval_size=100", f"model.warmstart.cache_dir={warmstart_cache}")
     assert run.data.params["generator.name"] == "vllm"
-    accuracy = sorted(client.get_metric_history(run.info.run_id, "eval/accuracy"), key=lambda m: m.step)
-    assert accuracy[-1].value > accuracy[0].value + 0.05, [(m.step, m.value) for m in accuracy]
-    ratio = sorted(client.get_metric_history(run.info.run_id, "loss/ratio_mean"), key=lambda m: m.step)
-    assert abs(ratio[0].value - 1) < 1e-3, ratio[0]  # step 1 is on-policy: vLLM's behaviour logprobs are the trainer's
+    accuracy = metric_history(client, run, "eval/accuracy")
+    assert accuracy[-1] > accuracy[0] + 0.05, accuracy
+    ratio = metric_history(client, run, "loss/ratio_mean")
+    assert abs(ratio[0] - 1) < 1e-3, ratio[0]  # step 1 is on-policy: vLLM's behaviour logprobs are the trainer's
+
+
+@pytest.mark.slow
+def test_multi_turn_tool_episodes_run_on_the_vllm_generator(tmp_path, warmstart_cache):
+    """experiment=tool_arithmetic with generator=vllm: every turn of an episode is a vLLM request from an
+    environment worker; the calculator's results are inserted between turns and kept out of the ratio."""
+    _, client, run = run_experiment(tmp_path, "experiment=tool_arithmetic", "generator=vllm",
+                                    "generator.kv_cache_gib=0.25", "steps=4", "eval.every=0", "dataset.eval_size=50",
+                                    f"model.warmstart.cache_dir={warmstart_cache}")
+    history = lambda key: metric_history(client, run, key)  # noqa: E731
+    assert run.data.params["generator.name"] == "vllm" and run.data.params["env.name"] == "calculator"
+    assert min(history("env/tool_calls")) > 0 and max(history("env/turns_mean")) > 1
+    assert abs(history("loss/ratio_mean")[0] - 1) < 1e-3  # on-policy step 1, inserted tokens masked out

@@ -18,9 +18,24 @@ def services(name: str, **overrides) -> ServicesConfig:
 def test_cpu_layout_puts_generator_and_trainer_in_their_own_processes():
     meshes = plan_meshes(services("cpu"), needed_services(beta=0.04))
     assert gpus_needed(meshes) == 0
-    assert set(meshes) == {"trainer", "generator", "host"}
+    assert set(meshes) == {"trainer", "generator", "controller"}  # the light services: in the controller's process
+    assert sorted(meshes["controller"].services) == ["dataset", "replay_buffer", "reward"]
     assert meshes["trainer"].services == ["trainer", "ref_model"]
     assert device_of(meshes, "generator") == [["cpu"]]
+
+
+def test_cpu_host_gives_the_light_services_a_process_of_their_own():
+    meshes = plan_meshes(services("cpu_host"), needed_services(beta=0.0))
+    assert set(meshes) == {"trainer", "generator", "host"}
+    assert sorted(meshes["host"].services) == ["dataset", "replay_buffer", "reward"]
+
+
+@pytest.mark.parametrize("key", ["replicas", "gpus"])
+def test_a_service_in_the_controller_cannot_replicate_or_take_a_gpu(key):
+    from forge_exp.config.checks import FieldError
+
+    with pytest.raises(FieldError, match=r"reward\.mesh.*controller"):
+        services("cpu", **{f"reward.{key}": 2 if key == "replicas" else 1})
 
 
 def test_reference_model_is_left_out_when_beta_is_zero():

@@ -57,3 +57,30 @@ def test_child_run_points_at_its_parent(tmp_path):
         with Tracker(uri, "exp", parent_run_id=parent.run_id) as child:
             pass
     assert MlflowClient(uri).get_run(child.run_id).data.tags["mlflow.parentRunId"] == parent.run_id
+
+
+def test_send_returns_once_the_rows_are_stored_and_flush_does_not_wait(tmp_path):
+    """The store is written on the tracker's thread: send() (what checkpoints rely on) is durable when it returns;
+    flush() only queues, and close() waits for what was queued."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with Tracker(uri, "exp") as t:
+        t.send([("a", 1.0, 0, 1)])
+        assert [m.value for m in MlflowClient(uri).get_metric_history(t.run_id, "a")] == [1.0]
+        t.log_metrics({"b": 2.0}, step=1)
+        t.flush()
+        t.log_params({"x": 1})
+    run = MlflowClient(uri).get_run(t.run_id)
+    assert run.data.metrics == {"a": 1.0, "b": 2.0} and run.data.params == {"x": "1"}
+    assert run.info.status == "FINISHED"
+
+
+def test_a_store_that_cannot_be_opened_fails_the_next_call(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    t = Tracker(f"sqlite:///{blocker}/mlruns/mlflow.db", "exp")  # returns at once: the store opens on a thread
+    with pytest.raises(OSError):
+        t.run_id
+    with pytest.raises(OSError):
+        t.log_metrics({"loss": 1.0}, step=1)
+    with pytest.raises(OSError):
+        t.close()

@@ -53,7 +53,7 @@ def test_rows_the_store_did_not_take_are_sent_by_the_next_start_in_the_run_dir(t
     t = Tracker(uri, "exp", run_dir=run_dir, close_wait_s=0)
     t.log_metrics({"loss": 1.0}, step=1)
     assert t.send(t.take_pending())  # the store answers: sent
-    t.client = MlflowClient(f"http://127.0.0.1:{_closed_port()}")  # the store goes away (a server that died)
+    t._client = MlflowClient(f"http://127.0.0.1:{_closed_port()}")  # the store goes away (a server that died)
     for step in (2, 3):
         t.log_metrics({"loss": float(step)}, step=step)
     assert not t.send(t.take_pending()) and t.unsent == 2
@@ -75,11 +75,13 @@ def test_rows_the_store_did_not_take_are_sent_by_the_next_start_in_the_run_dir(t
 def test_a_run_whose_controller_vanished_is_marked_killed_and_a_live_one_is_left_alone(tmp_path):
     uri, run_dir = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "run"
     t = Tracker(uri, "exp", run_dir=run_dir)
+    t.run_id  # the run is opened, and claimed, on the tracker's thread
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     state = json.loads((run_dir / OWNER_FILE).read_text())
     (run_dir / OWNER_FILE).write_text(json.dumps({**state, "pid": int(gone.stdout)}))  # as a SIGKILLed one leaves it
     assert "marked it KILLED" in reconcile(run_dir)
     live = Tracker(uri, "exp", run_dir=tmp_path / "live")
+    live.run_id
     state = json.loads((tmp_path / "live" / OWNER_FILE).read_text())
     parent = psutil.Process(os.getppid())  # another process, alive
     (tmp_path / "live" / OWNER_FILE).write_text(json.dumps({**state, "pid": parent.pid,

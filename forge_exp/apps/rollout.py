@@ -1,0 +1,105 @@
+"""Groups of scored samples, the way every GRPO-family app and evaluation gets them:
+
+    env=single_turn   problems → generator.generate (n completions each) → reward workers' score
+    multi-turn env    problems → environment workers' episodes (every turn through generator.generate_tokens)
+
+The problems are split into chunks, `services.generator.replicas × services.generator.in_flight` of them, sent
+concurrently: every generator replica has calls in flight (route() spreads them), a replica's engine batches the
+calls it holds, and a chunk is scored while the others still generate. The metrics describe the whole call.
+
+A call with a `seed` gives chunk i the seed derive_seed(seed, i) (and a multi-turn episode's turns theirs): what is
+drawn depends on the seed and the problems, not on which replica answers or in which order, so a resumed run draws
+what the interrupted one would have (apps/checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from forge_exp.envs.report import episode_metrics
+from forge_exp.models.sampling import derive_seed
+from forge_exp.rewards.combine import component_means
+from forge_exp.rl.types import Group, Problem
+from forge_exp.runtime.services import Service
+
+
+@dataclass
+class Samplers:
+    """The services that turn problems into scored groups: reward workers for single-turn runs, environment
+    workers for multi-turn ones (the other is None)."""
+
+    generator: Service
+    reward: Service | None = None
+    env: Service | None = None
+    in_flight: int = 1  # calls per generator replica at once (services.generator.in_flight)
+
+    @property
+    def chunks(self) -> int:
+        return self.generator.replicas * self.in_flight
+
+
+def chunked(items: list, count: int) -> list[list]:
+    """`items` in at most `count` contiguous chunks of nearly equal size (order kept, none empty)."""
+    count = max(1, min(count, len(items)))
+    size, extra = divmod(len(items), count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (i < extra)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+async def sample_groups(cfg, s: Samplers, problems: list[Problem], n: int, temperature: float, top_p: float,
+                        env_overrides: dict | None = None, seed: int | None = None,
+                        ) -> tuple[list[Group], dict[str, float]]:
+    """n scored samples of each problem (groups in the problems' order) and the call's generation metrics. `seed`
+    fixes the draws (None: each engine's next seed)."""
+    t0 = time.perf_counter()
+    seeds = (None if seed is None else derive_seed(seed, i) for i in range(s.chunks))
+    parts = await asyncio.gather(*(
+        _sample_chunk(cfg, s, chunk, n, temperature, top_p, env_overrides, chunk_seed)
+        for chunk, chunk_seed in zip(chunked(problems, s.chunks), seeds)
+    ))
+    seconds = time.perf_counter() - t0
+    groups = [g for chunk_groups, _ in parts for g in chunk_groups]
+    tokens = sum(m["generator/tokens"] for _, m in parts)
+    metrics = {
+        "generator/seconds": seconds,
+        "generator/tokens": tokens,
+        "generator/tokens_per_s": tokens / max(seconds, 1e-9),
+        "generator/calls": float(len(parts)),
+    }
+    if "generator/sync_seconds" in parts[0][1]:
+        metrics["generator/sync_seconds"] = max(m["generator/sync_seconds"] for _, m in parts)
+    return groups, metrics
+
+
+async def _sample_chunk(cfg, s: Samplers, problems, n, temperature, top_p, env_overrides, seed):
+    if s.env is not None:
+        return await s.env.route().episodes.call_one(problems, s.generator.route(), n, temperature, top_p,
+                                                     env_overrides, seed)
+    groups, metrics = await s.generator.route().generate.call_one(problems, n, temperature, top_p,
+                                                                  cfg.dataset.max_new_tokens, seed=seed)
+    return await s.reward.route().score.call_one(groups), metrics
+
+
+def rollout_metrics(groups: list[Group], multi_turn: bool) -> dict[str, float]:
+    """What the scored groups of one batch (every sampling attempt) say: rewards and their parts, accuracy, policy
+    age is the caller's; a multi-turn batch adds env/... (envs/report.py)."""
+    rewards = [r for g in groups for r in g.rewards]
+    out: dict[str, Any] = {
+        "reward/mean": statistics.fmean(rewards),
+        "reward/std": statistics.pstdev(rewards),
+        "reward/failures": float(sum(g.reward_failures for g in groups)),
+        "rollout/accuracy": statistics.fmean(float(c) for g in groups for c in g.correct),
+    }
+    if multi_turn:
+        out.update(episode_metrics(groups))
+    else:
+        out.update({f"reward/{k}": v for k, v in component_means(groups).items()})
+    return out

@@ -1,0 +1,58 @@
+"""Environment workers on real proc meshes: two replicas of them run multi-turn episodes against two generator
+replicas (calls spread by route(), several in flight), and a hanging step is a failed turn, never a dead run."""
+
+from __future__ import annotations
+
+import asyncio
+
+from forge_exp.actors.env import EnvWorker
+from forge_exp.actors.generator import Generator
+from forge_exp.apps.common import generator_sizes
+from forge_exp.apps.rollout import Samplers, rollout_metrics, sample_groups
+from forge_exp.rl.types import Problem
+from forge_exp.runtime.layout import plan_for
+from forge_exp.runtime.services import Runtime
+from tests.config.helpers import typed
+
+PROBLEMS = [Problem(f"{1000 + i}*{2000 + i}=", str((1000 + i) * (2000 + i))) for i in range(8)]
+
+
+def config(*extra: str):
+    return typed("experiment=tool_arithmetic", "services.env.mesh=env", "services.env.replicas=2",
+                 "services.generator.replicas=2",
+                 "services.generator.in_flight=2", *extra)
+
+
+async def sample(cfg, n: int) -> tuple[list, dict, Samplers]:
+    async with Runtime(plan_for(cfg)) as runtime:
+        generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed, generator_sizes(cfg))
+        s = Samplers(generator, env=runtime.spawn("env", EnvWorker, cfg.env, cfg.model), in_flight=2)
+        groups, metrics = await sample_groups(cfg, s, PROBLEMS, n, 1.0, 1.0)
+    return groups, metrics, s
+
+
+def test_episodes_on_environment_workers_carry_every_turn_and_a_loss_mask():
+    cfg = config()
+    plans = plan_for(cfg)
+    assert plans["env"].replicas == 2 and not any("reward" in plan.services for plan in plans.values())
+    groups, metrics, s = asyncio.run(sample(cfg, 4))
+    assert [g.problem for g in groups] == PROBLEMS and all(len(g.completions) == 4 for g in groups)
+    assert metrics["generator/calls"] == 4 == s.chunks  # 2 generator replicas x 2 calls in flight
+    for c in (c for g in groups for c in g.completions):
+        assert len(c.loss_mask) == len(c.token_ids) == len(c.logprobs) and c.policy_version == 0
+        assert all(lp == 0.0 for lp, m in zip(c.logprobs, c.loss_mask) if not m)  # inserted: no behaviour logprob
+        assert c.messages[0]["role"] == "user" and c.messages[1]["role"] == "assistant"
+    report = rollout_metrics(groups, multi_turn=True)
+    assert report["env/episodes"] == 32 and 1 <= report["env/turns_mean"] <= cfg.env.max_turns
+
+
+def test_a_hanging_step_is_a_failed_turn_not_a_dead_run():
+    cfg = config("env._target_=tests.actors.hanging_env.HangingCalculator", "env.tool_timeout_s=0.5")
+    groups, _, _ = asyncio.run(sample(cfg, 4))
+    report = rollout_metrics(groups, multi_turn=True)
+    assert len(groups) == len(PROBLEMS) and report["env/episodes"] == 32
+    failed = [c for g in groups for c in g.completions if c.stop_reason == "failed"]
+    # a fresh model ends about half its turns with <eos> inside 20 tokens: each of those is a step, which hangs
+    assert failed and report["env/failed_turns"] == len(failed)
+    assert all(r == cfg.env.failure_reward for g in groups for r, c in zip(g.rewards, g.completions)
+               if c.stop_reason == "failed")

@@ -1,0 +1,37 @@
+"""What a process imports is what it uses: the controller and the light services (dataset, reward, replay buffer, env)
+never load transformers' modeling code, and MLflow is imported by the tracker's thread, not by importing the
+modules (benchmarks/lean.md: each heavy import costs seconds of start-up and ~150 MiB per process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("transformers.modeling_utils", "mlflow")
+
+
+def loaded_after(code: str) -> dict[str, bool]:
+    probe = f"{code}\nimport json, sys; print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))"
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_light_services_load_no_modeling_code():
+    loaded = loaded_after(
+        "import forge_exp.actors.dataset, forge_exp.actors.reward, forge_exp.actors.replay_buffer, forge_exp.actors.env\n"
+        "from forge_exp.models.tiny import TinyQwen3\n"
+        "assert TinyQwen3().tokenizer().encode('1+2=')  # what the dataset service builds"
+    )
+    assert loaded == {"transformers.modeling_utils": False, "mlflow": False}
+
+
+def test_the_controller_imports_its_loop_without_modeling_code_or_mlflow():
+    loaded = loaded_after("import forge_exp.cli, forge_exp.apps.grpo, forge_exp.apps.preflight, forge_exp.tracking.mlflow")
+    assert loaded == {"transformers.modeling_utils": False, "mlflow": False}
+
+
+def test_building_a_model_still_loads_it():
+    loaded = loaded_after("from forge_exp.models.tiny import TinyQwen3\nTinyQwen3().build()")
+    assert loaded["transformers.modeling_utils"]

@@ -229,11 +229,14 @@ class Tracker:
                             self.uri, len(self._unsent), type(e).__name__, str(e).splitlines()[0][:200])
             self._save_unsent()
             return False
+        self._sent_all()
+        self._save_unsent()
+        return True
+
+    def _sent_all(self) -> None:
         if self._failures:
             log.warning("MLflow at %s answers again: %d kept metric rows sent", self.uri, len(self._unsent))
         self._unsent, self._failures, self._retry_at = [], 0, 0.0
-        self._save_unsent()
-        return True
 
     def _save_unsent(self) -> None:
         if self.spool is not None and (self._unsent or self.spool.exists()):
@@ -254,11 +257,15 @@ class Tracker:
 
     # --- artifacts -----------------------------------------------------------------------------------------
     def log_text(self, text: str, path: str) -> None:
-        self._later(lambda: self._client.log_text(self._run_id, text, path))
+        self._later(self._artifact, lambda: self._client.log_text(self._run_id, text, path))
 
     def log_table(self, columns: Mapping[str, list], path: str) -> None:
         data = dict(columns)
-        self._later(lambda: self._client.log_table(self._run_id, data=data, artifact_file=path))
+        self._later(self._artifact, lambda: self._client.log_table(self._run_id, data=data, artifact_file=path))
+
+    def _artifact(self, upload) -> None:
+        """An upload, tried again for up to close_wait_s while the store does not answer (a server restarting)."""
+        wait_for(upload, self.close_wait_s)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def close(self, status: str = "FINISHED", wait_s: float | None = None) -> bool:
@@ -271,8 +278,13 @@ class Tracker:
         try:
             self._opened.result()  # a run that could not be opened has nothing to close: its error is raised
             done = self._io.submit(self._finish, rows, status, wait_s).result()
-            self._raise_failure()  # an artifact the store refused earlier
-            return done
+            refused = [f.exception() for f in self._queued if f.exception() is not None]
+            if done and refused:  # an artifact the store did not take (when the store is down, the line
+                e = refused[0]     # _finish printed already says what MLflow lacks)
+                print(f"forge-exp: warning: MLflow at {self.uri} did not take {len(refused)} artifact upload(s) of "
+                      f"run {self._run_id} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})",
+                      file=sys.stderr)
+            return done and not refused
         finally:
             self._io.shutdown(wait=True)
 
@@ -282,7 +294,7 @@ class Tracker:
         def finish() -> None:
             if self._unsent:
                 send_rows(self._client, self._run_id, self._unsent, BATCH)
-                self._unsent = []
+                self._sent_all()
             self._client.set_terminated(self._run_id, status=status)
 
         try:
@@ -313,7 +325,8 @@ class Tracker:
         with contextlib.suppress(Exception):  # the error is what matters; MLflow may be the thing that is down
             why = (str(exc) or exc_type.__name__).splitlines()[0][:5000]
             key = "forge_exp.error" if status == "FAILED" else "forge_exp.stop"
-            self._now(lambda: self._client.set_tag(self._run_id, key, why))
+            self._io.submit(lambda: self._client.set_tag(self._run_id, key, why)).result()  # not queued: a
+            # store that is down fails it, and close() says so in its own way
         self.close(status)
 
     def run_url(self) -> str:

@@ -22,9 +22,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import forge_exp.launch.resources  # noqa: F401 — the resolvers conf/hydra/launcher/*.yaml use
+from forge_exp.apps.faults import EXIT_CONFIG, EXIT_FAILED, NOT_STARTED, STOP, RunFailed, Stopped, stop_signals
 from forge_exp.config.aliases import expand
 from forge_exp.config.store import register
 from forge_exp.config.validate import ConfigError, suggest, validate
+from forge_exp.runtime.supervision import ServiceFailed
 
 register()
 log = logging.getLogger("forge_exp")
@@ -51,7 +53,7 @@ def _register_launchers() -> None:
 
 
 def run(cfg: DictConfig) -> float | None:
-    """The Hydra task: one experiment."""
+    """The Hydra task: one experiment. How it can end: apps/faults.py (exit codes, MLflow status, last line)."""
     t0 = time.time()
     try:
         config = validate(cfg)
@@ -63,53 +65,103 @@ def run(cfg: DictConfig) -> float | None:
 
             if problem := slurm_problem("cluster=slurm", "cluster=local"):
                 raise ValueError(problem)
+        from forge_exp.apps.checkpoint import latest
+        from forge_exp.tracking.mlflow import default_tracking_uri, ensure_store
+
+        # absolute: the service processes and a resumed run (possibly from another cwd) read the same paths
+        config.output_dir = os.path.abspath(config.output_dir or HydraConfig.get().runtime.output_dir)
+        config.checkpoint.dir = os.path.abspath(config.checkpoint.dir or os.path.join(config.output_dir,
+                                                                                      "checkpoints"))
+        resume = latest(config.checkpoint.dir) if config.resume else None
+        if config.resume and resume is None:
+            raise ValueError(f"resume=true: no checkpoint in {config.checkpoint.dir} (checkpoint.dir); resume "
+                             f"continues a run in its own run dir: give hydra.run.dir=<that run's dir> (the default "
+                             f"dir is new for every command) and run it with checkpoint.every > 0")
+        uri = config.tracking.uri or default_tracking_uri()
+        ensure_store(uri)  # a server that does not answer is one line here, not minutes of retries later
     except ValueError as e:  # one clear line, before any process is spawned
         print(f"forge-exp: error: {e}", file=sys.stderr)
-        sys.exit(2)
-
-    from forge_exp.apps import run_app  # imports monarch: only after the config is known to be good
-    from forge_exp.apps.checkpoint import latest
-    from forge_exp.runtime.hosts import hosts_for
-    from forge_exp.runtime.layout import plan_for
-    from forge_exp.runtime.services import Runtime
-    from forge_exp.tracking.mlflow import Tracker, default_tracking_uri
-
-    config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
-    config.checkpoint.dir = config.checkpoint.dir or os.path.join(config.output_dir, "checkpoints")
-    resume = latest(config.checkpoint.dir) if config.resume else None
-    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    tracker = Tracker(
-        config.tracking.uri or default_tracking_uri(),
-        config.tracking.experiment,
-        run_name=config.tracking.run_name or _default_run_name(config.name),
-        tags=_run_tags(),
-        # a sweep job: the sweep's parent run, exported by forge_exp.launch.sweep.SweepTracker (hydra.callbacks)
-        parent_run_id=config.tracking.parent_run_id or os.environ.get("FORGE_EXP_PARENT_RUN_ID"),
-        run_id=resume.run_id if resume else None,
-        hold=config.checkpoint.every > 0,
-    )
-    if resume and not resume.flushed:  # the run died between writing the checkpoint and logging its metrics
-        tracker.send(resume.pending_metrics)
-        resume.mark_flushed()
-    with tracker:
-        tracker.log_params(resolved)
-        tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")
-        meshes = plan_for(config)
-        runtime = Runtime(meshes, hosts=hosts_for(config, meshes))  # hosts: None unless cluster=slurm
-        summary = asyncio.run(_run(run_app, config, runtime, tracker, resume))
-        tracker.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=config.steps)
+        sys.exit(EXIT_CONFIG)
+    with stop_signals():
+        summary, tracker = _track(cfg, config, uri, resume)
     _print_summary(summary, tracker, time.time() - t0)
     return summary.get("eval/accuracy_end")
 
 
+def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
+    from forge_exp.apps import run_app  # imports monarch: only after the config is known to be good
+    from forge_exp.apps.checkpoint import clean_partial
+    from forge_exp.runtime.hosts import hosts_for
+    from forge_exp.runtime.layout import plan_for
+    from forge_exp.runtime.services import Runtime
+    from forge_exp.tracking.mlflow import Tracker
+    from forge_exp.tracking.store import reconcile
+
+    for line in filter(None, [reconcile(config.output_dir)]):  # what a controller that died here left open
+        print(f"forge-exp: {line}", file=sys.stderr)
+    if removed := clean_partial(config.checkpoint.dir):
+        log.warning("removed partial checkpoints left by an interrupted save: %s", ", ".join(removed))
+    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    try:
+        tracker = Tracker(
+            uri,
+            config.tracking.experiment,
+            run_name=config.tracking.run_name or _default_run_name(config.name),
+            tags=_run_tags(),
+            # a sweep job: the sweep's parent run, exported by forge_exp.launch.sweep.SweepTracker (hydra.callbacks)
+            parent_run_id=config.tracking.parent_run_id or os.environ.get("FORGE_EXP_PARENT_RUN_ID"),
+            run_id=resume.run_id if resume else None,
+            hold=config.checkpoint.every > 0,
+            run_dir=config.output_dir,
+            close_wait_s=config.tracking.close_wait_s,
+        )
+        if resume and not resume.flushed:  # the run died between writing the checkpoint and logging its metrics
+            if tracker.send(resume.pending_metrics):
+                resume.mark_flushed()
+        with tracker:
+            tracker.log_params(resolved)
+            tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")
+            meshes = plan_for(config)
+            runtime = Runtime(meshes, hosts=hosts_for(config, meshes))  # hosts: None unless cluster=slurm
+            summary = asyncio.run(_run(run_app, config, runtime, tracker, resume))
+            tracker.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=config.steps)
+    except Stopped as e:
+        print(f"forge-exp: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except (ServiceFailed, RunFailed) as e:
+        report = getattr(e, "report", "")
+        if report:  # the remote traceback or Monarch's report, for whoever looks into it
+            path = os.path.join(config.output_dir, "failure.txt")
+            with open(path, "w") as f:
+                f.write(f"{e}\n\n{report}\n")
+            print(f"forge-exp: the failure's report and traceback: {path}", file=sys.stderr)
+        print(f"forge-exp: error: {e}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+    return summary, tracker
+
+
 async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
-    async with runtime:  # every proc mesh (and a cluster job) is stopped on success, error and Ctrl-C
-        if runtime.hosts is not None:
-            tracker.set_tags({f"forge_exp.hosts.{k}": v for k, v in runtime.hosts.describe.items()})
-        summary = await run_app(config, runtime, tracker, resume)
-        if runtime.hosts is not None:  # where the meshes on the cluster ran, as their processes report it
-            tracker.log_text(json.dumps(await runtime.hosts.placement(), indent=1), "runtime/hosts.json")
-        return summary
+    STOP.install(config.checkpoint.stop_grace_s)  # SIGTERM / SIGUSR2 / Ctrl-C: end at a step boundary
+    try:
+        async with runtime:  # every proc mesh (and a cluster job) is stopped on success, error, stop signal, Ctrl-C
+            if runtime.hosts is not None:
+                tracker.set_tags({f"forge_exp.hosts.{k}": v for k, v in runtime.hosts.describe.items()})
+            summary = await runtime.supervise(run_app(config, runtime, tracker, resume))
+            if runtime.hosts is not None:  # where the meshes on the cluster ran, as their processes report it
+                tracker.log_text(json.dumps(await runtime.hosts.placement(), indent=1), "runtime/hosts.json")
+            return summary
+    except asyncio.CancelledError:
+        if STOP.requested:  # before the first step, or the step in flight did not end within the grace period
+            why = (f"the step in flight did not end within checkpoint.stop_grace_s={config.checkpoint.stop_grace_s:g}"
+                   if STOP.steps_started else NOT_STARTED)
+            raise Stopped(STOP.requested, None, None, why) from None
+        raise
+    except ServiceFailed:
+        if STOP.requested:  # SLURM signalled every process of the job and a service went down with it
+            raise Stopped(STOP.requested, None, None, "a service process was stopped too") from None
+        raise
+    finally:
+        STOP.uninstall()
 
 
 def _default_run_name(name: str) -> str:
@@ -146,7 +198,7 @@ def _print_summary(summary: dict[str, float], tracker, seconds: float) -> None:
     from forge_exp.tracking.mlflow import ui_command
 
     lines = [f"forge-exp: finished in {seconds / 60:.1f} min"]
-    if "eval/accuracy_start" in summary:
+    if "eval/accuracy_start" in summary and "eval/accuracy_end" in summary:
         start, end = summary["eval/accuracy_start"], summary["eval/accuracy_end"]
         lines.append(f"  held-out accuracy (greedy): {start:.3f} at the start of RL -> {end:.3f} at the end "
                      f"({end - start:+.3f})")
@@ -176,7 +228,7 @@ def main() -> None:
         if message is None:
             raise
         print(f"forge-exp: error: {message}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_CONFIG)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
     from forge_exp.runtime.bootstrap import fast_exit

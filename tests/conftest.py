@@ -36,8 +36,9 @@ def warmstart_cache(tmp_path_factory):
 
 
 # The fast tier (`pytest -m "not slow"`, a few minutes on 2 cores) leaves out whatever starts the platform for real:
-# whole CLI runs, sweeps, the SLURM daemons, the MLflow server, the browser. The full suite (.ci/run) runs them all.
-SLOW_DIRS = ("e2e", "sweeps", "launchers", "browser")
+# whole CLI runs, sweeps, the SLURM daemons, the MLflow server, the browser, the fault tests (tests/faults). The full
+# suite (.ci/run) runs them all.
+SLOW_DIRS = ("e2e", "sweeps", "launchers", "browser", "faults")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,4 +1,6 @@
-"""Dataset service: the training prompt stream and the fixed held-out set."""
+"""Dataset service: the training prompt stream and the fixed held-out set. `state()` / `restore()` carry the
+stream's position through a checkpoint, so a resumed run continues with the prompts the interrupted one had not
+reached: a file's (epoch, row) where the source tracks it (data/hf.py), else the count of problems drawn, replayed."""
 
 from __future__ import annotations
 
@@ -10,13 +12,31 @@ from forge_exp.runtime.build import build
 
 class DatasetService(Actor):
     def __init__(self, dataset, model, *, devices, threads):
-        train_factory, self.heldout = build(dataset, "dataset").problems(build(model, "model").tokenizer())
-        self.train = iter(train_factory())
+        self.factory, self.heldout = build(dataset, "dataset").problems(build(model, "model").tokenizer())
+        self.train = iter(self.factory())
+        self.drawn = 0
 
     @endpoint
     async def sample(self, n: int) -> list[Problem]:
-        return [next(self.train) for _ in range(n)]
+        problems = [next(self.train) for _ in range(n)]
+        self.drawn += n
+        return problems
 
     @endpoint
     async def eval_problems(self) -> list[Problem]:
         return self.heldout
+
+    @endpoint
+    async def state(self) -> dict:
+        position = getattr(self.factory, "position", None)
+        return {"drawn": self.drawn, "position": list(position) if position is not None else None}
+
+    @endpoint
+    async def restore(self, state: dict) -> None:
+        if state.get("position") is not None and hasattr(self.factory, "position"):
+            self.train = iter(self.factory(*state["position"]))
+        else:  # a seeded stream without a position (the synthetic task): draw as many again
+            self.train = iter(self.factory())
+            for _ in range(state["drawn"]):
+                next(self.train)
+        self.drawn = state["drawn"]

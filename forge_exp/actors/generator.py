@@ -68,14 +68,17 @@ class Generator(Actor):
 
     @concurrent_endpoint
     async def generate(
-        self, problems: list[Problem], n: int, temperature: float, top_p: float, max_new_tokens: int
+        self, problems: list[Problem], n: int, temperature: float, top_p: float, max_new_tokens: int,
+        seed: int | None = None,
     ) -> tuple[list[Group], dict[str, float]]:
-        """n completions of each problem. Returns the groups and generation metrics."""
+        """n completions of each problem. Returns the groups and generation metrics. `seed` fixes the draws of
+        this call whichever replica serves it (the loop derives it from the run's seed and the batch: a resumed run
+        samples what the interrupted one would have); None takes the engine's next seed."""
         await self._load_pending()
         version = self.version
         t0 = time.perf_counter()
         prompts = [self.tokenizer.encode(p.prompt) for p in problems]
-        outs = await self.engine.generate(prompts, Sampling(n, temperature, top_p, max_new_tokens))
+        outs = await self.engine.generate(prompts, Sampling(n, temperature, top_p, max_new_tokens, seed))
         seconds = time.perf_counter() - t0
         groups = [
             Group(problem=problem, completions=[self._completion(ids, o, version) for o in group])

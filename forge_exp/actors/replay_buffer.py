@@ -22,5 +22,14 @@ class ReplayBufferService(Actor):
         return self.buffer.sample(n, policy_version)
 
     @endpoint
+    async def state(self) -> dict:
+        """The episodes waiting and the sampling RNG, for a checkpoint (rl/replay.py)."""
+        return self.buffer.state_dict()
+
+    @endpoint
+    async def restore(self, state: dict) -> None:
+        self.buffer.load_state_dict(state)
+
+    @endpoint
     async def stats(self) -> dict[str, float]:
         return {"buffer/size": len(self.buffer), "buffer/evicted": self.buffer.evicted}

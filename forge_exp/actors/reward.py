@@ -27,3 +27,8 @@ class RewardWorker(Actor):
             group.correct = [c[self.accuracy_from] >= 1.0 for c in components]
             group.reward_failures = failures
         return groups
+
+    @endpoint
+    async def errors(self) -> dict[str, str]:
+        """Each reward function's latest failure (what a run stopped for a failing reward reports)."""
+        return dict(self.reward.last_errors)

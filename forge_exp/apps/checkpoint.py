@@ -1,20 +1,31 @@
 """Training checkpoints for resume: where they live, which is newest, what a resumed run continues from.
 
 A checkpoint is a directory `<checkpoint dir>/step_<N>` holding the policy in HF format (loadable by transformers),
-the optimizer state, and `state.json`: the step, the MLflow run id and the metrics of the steps since the previous
-checkpoint. Those metrics reach MLflow only after the checkpoint is on disk (and are re-sent on resume if the run
-died in between), so a resumed run logs every step exactly once.
+the optimizer state, `state.json` (the step, the MLflow run id and the metrics of the steps since the previous
+checkpoint) and, for GRPO, `loop.json`: what the loop had that the weights do not say — the prompt stream's
+position, the episodes waiting in the replay buffer and its RNG, the rollout metrics of those batches. Rollouts
+draw with a seed made of (run seed, batch, call) (`rollout_seed`), so with `algorithm.max_policy_age=0` a resumed
+run is bit for bit the run that was not interrupted (tests/faults/test_resume_exact.py).
+
+Those metrics reach MLflow only after the checkpoint is on disk (and are re-sent on resume if the run died in
+between), so a resumed run logs every step exactly once. A save killed half-way leaves a hidden temporary
+directory or a step directory without state.json; `clean_partial()` removes them when a run starts.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forge_exp.models.sampling import derive_seed
+
 STATE = "state.json"
+LOOP = "loop.json"
 FLUSHED = "metrics_flushed"
 
 
@@ -24,6 +35,7 @@ class ResumeState:
     run_id: str
     path: Path
     pending_metrics: list[tuple[str, float, int, int]] = field(default_factory=list)  # (key, value, ts, step)
+    loop: dict | None = None  # loop.json: None for a checkpoint without it (SFT, or written before it existed)
 
     @property
     def flushed(self) -> bool:
@@ -48,10 +60,26 @@ def latest(root: str | Path | None) -> ResumeState | None:
     if not done:
         return None
     state = json.loads((done[-1] / STATE).read_text())
+    loop = json.loads((done[-1] / LOOP).read_text()) if (done[-1] / LOOP).is_file() else None
     return ResumeState(
         step=state["step"], run_id=state["run_id"], path=done[-1],
-        pending_metrics=[tuple(m) for m in state.get("pending_metrics", [])],
+        pending_metrics=[tuple(m) for m in state.get("pending_metrics", [])], loop=loop,
     )
+
+
+def clean_partial(root: str | Path | None) -> list[str]:
+    """Remove what a save killed half-way left under root: its hidden temporary directories (`.step_N.*`) and step
+    directories without state.json. Returns their names. Call it before the run writes checkpoints."""
+    if root is None or not Path(root).is_dir():
+        return []
+    removed = []
+    for p in Path(root).iterdir():
+        partial_tmp = p.name.startswith(".step_") and p.is_dir()
+        incomplete = re.fullmatch(r"step_\d+", p.name) and p.is_dir() and not (p / STATE).is_file()
+        if partial_tmp or incomplete:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p.name)
+    return sorted(removed)
 
 
 def state_metadata(step: int, run_id: str, pending_metrics: list) -> dict:
@@ -65,11 +93,69 @@ def prune(root: str | Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-async def save_checkpoint(cfg, trainer, tracker, step: int) -> None:
-    """Weights + optimizer + the metrics since the last checkpoint; the metrics go to MLflow once it is on disk."""
+async def save_checkpoint(cfg, trainer, tracker, step: int, loop: dict | None = None) -> Path:
+    """Weights + optimizer + the metrics since the last checkpoint (+ the loop's state); the metrics go to MLflow
+    once it is on disk."""
     pending = tracker.take_pending()
     path = step_dir(cfg.checkpoint.dir, step)
-    await trainer.route().save.call_one(str(path), state_metadata(step, tracker.run_id, pending))
-    tracker.send(pending)
-    (path / FLUSHED).touch()
+    metadata = state_metadata(step, tracker.run_id, pending)
+    if loop is not None:
+        metadata[LOOP] = loop  # (state.json is what marks the directory complete, whatever the write order)
+    await trainer.route().save.call_one(str(path), metadata)
+    if tracker.send(pending):  # else kept by the tracker, and re-sent from state.json by a resume
+        (path / FLUSHED).touch()
     prune(cfg.checkpoint.dir, cfg.checkpoint.keep)
+    return path
+
+
+# --- what the GRPO loop adds ----------------------------------------------------------------------------------
+def rollout_seed(seed: int, batch: int, call: int) -> int:
+    """The sampling seed of a batch's `call`-th generate call: the same in every process, run and schedule."""
+    return derive_seed("rollout", seed, batch, call)
+
+
+class Quiesce:
+    """A moment with no rollout batch in flight, for a snapshot of the buffer and the prompt stream that agrees
+    with itself. Rollouts call `begin()` before a batch and `end()` after it has reached the buffer."""
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def begin(self) -> None:
+        await self._open.wait()
+        self._idle.clear()
+
+    def end(self) -> None:
+        self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def paused(self, rollout_task: asyncio.Task):
+        self._open.clear()
+        try:
+            idle = asyncio.ensure_future(self._idle.wait())
+            await asyncio.wait([idle, rollout_task], return_when=asyncio.FIRST_COMPLETED)
+            if not idle.done():
+                idle.cancel()
+                rollout_task.result()  # the rollouts failed: raise that
+            yield
+        finally:
+            self._open.set()
+
+
+async def loop_snapshot(h, state) -> dict:
+    """loop.json of a GRPO checkpoint (take it inside `Quiesce.paused`)."""
+    return {
+        "dataset": await h.dataset.route().state.call_one(),
+        "buffer": await h.buffer.route().state.call_one(),
+        "episodes_added": state.episodes_added,
+        "rollout_metrics": list(state.rollout_metrics),
+        "samples": list(state.samples),
+    }
+
+
+async def restore_services(h, loop: dict) -> None:
+    await h.dataset.route().restore.call_one(loop["dataset"])
+    await h.buffer.route().restore.call_one(loop["buffer"])

@@ -17,10 +17,15 @@ from forge_exp.runtime.services import Service
 
 
 async def evaluate(cfg, s: Samplers, problems: list[Problem], step: int) -> dict[str, float]:
-    """Greedy accuracy on the held-out problems; with eval.pass_k > 1 also pass@k at eval.temperature. A
-    multi-turn run adds how the policy uses its tools, and, for an environment whose tools can be switched off,
-    the accuracy without them (every call answered with an error)."""
+    """Greedy accuracy on the held-out problems; with eval.pass_k > 1 also pass@k at eval.temperature (seeded by
+    the run's seed and the step). A multi-turn run adds how the policy uses its tools, and, for an environment
+    whose tools can be switched off, the accuracy without them (every call answered with an error). No held-out
+    problems (dataset.eval_size=0): no metrics."""
+    from forge_exp.apps.checkpoint import rollout_seed
+
     out: dict[str, float] = {}
+    if not problems:
+        return out
     groups, _ = await sample_groups(cfg, s, problems, 1, 0.0, 1.0)
     out["eval/accuracy"] = statistics.fmean(float(g.correct[0]) for g in groups)
     out["eval/reward"] = statistics.fmean(g.rewards[0] for g in groups)
@@ -32,7 +37,8 @@ async def evaluate(cfg, s: Samplers, problems: list[Problem], step: int) -> dict
             out["eval/accuracy_no_tool"] = statistics.fmean(float(g.correct[0]) for g in groups)
     k = cfg.eval.pass_k
     if k > 1:
-        groups, _ = await sample_groups(cfg, s, problems, k, cfg.eval.temperature, 1.0)
+        groups, _ = await sample_groups(cfg, s, problems, k, cfg.eval.temperature, 1.0,
+                                        seed=rollout_seed(cfg.seed, -1 - step, 0))  # negative: evaluations' own
         out[f"eval/pass_at_{k}"] = statistics.fmean(  # pass@k; MLflow refuses '@' in a metric name
             float(any(g.correct)) for g in groups
         )
@@ -109,9 +115,21 @@ async def warm_start(cfg, trainer: Service, dataset: Service, env: Service | Non
     """Supervised warm start of the trainer's weights on the training task, saved to warm_start_dir(cfg): on
     problems and their answers, or on scripted episodes the environment workers play (env.demonstrations)."""
     ws = cfg.model.warmstart
+    problems = await dataset.route().sample.call_one(warm_start_draws(cfg))
     if demonstrations(cfg):
-        problems = await dataset.route().sample.call_one(demonstrations(cfg))
         items = await env.route().demonstrations.call_one(problems, cfg.seed)
     else:
-        items = await dataset.route().sample.call_one(ws.steps * ws.batch_size)
+        items = problems
     return await trainer.route().warm_start.call_one(items, ws, str(warm_start_dir(cfg)), cfg.seed)
+
+
+def warm_start_draws(cfg) -> int:
+    """How many problems a warm start takes from the prompt stream."""
+    ws = cfg.model.warmstart
+    return demonstrations(cfg) or ws.steps * ws.batch_size
+
+
+async def skip_warm_start(cfg, dataset: Service) -> None:
+    """Draw the problems a warm start takes, and drop them (its weights came from the cache): RL then reads the
+    prompts after the warm start's, as it does after a fresh one, so a cache hit changes nothing downstream."""
+    await dataset.route().sample.call_one(warm_start_draws(cfg))

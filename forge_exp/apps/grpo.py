@@ -26,10 +26,13 @@ from forge_exp.actors.dataset import DatasetService
 from forge_exp.actors.generator import Generator
 from forge_exp.actors.reference import ReferenceModel
 from forge_exp.actors.replay_buffer import ReplayBufferService
-from forge_exp.apps.checkpoint import ResumeState, save_checkpoint
+from forge_exp.apps.checkpoint import (Quiesce, ResumeState, loop_snapshot, restore_services, rollout_seed,
+                                       save_checkpoint, step_dir)
 from forge_exp.apps.common import (
-    evaluate, generator_sizes, response_budget, spawn_scorers, spawn_trainer, wants_warm_start, warm_start, warm_start_dir,
+    evaluate, generator_sizes, response_budget, skip_warm_start, spawn_scorers, spawn_trainer, wants_warm_start,
+    warm_start, warm_start_dir,
 )
+from forge_exp.apps.faults import STOP, RewardWatch, Stopped
 from forge_exp.apps.rollout import Samplers, rollout_metrics, sample_groups
 from forge_exp.data.collate import collate_episodes
 from forge_exp.envs.report import conversation_rows
@@ -64,6 +67,7 @@ class LoopState:
     done: bool = False
     rollout_metrics: deque[dict[str, float]] = field(default_factory=deque)  # one entry per batch, oldest first
     samples: list[dict[str, Any]] = field(default_factory=list)
+    quiesce: Quiesce = field(default_factory=Quiesce)  # a checkpoint's moment with no batch in flight
 
 
 async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Handles:
@@ -78,6 +82,8 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     scorers = spawn_scorers(cfg, runtime)  # reward workers, or environment workers for a multi-turn env
     if init_path and not cached:
         warm = await warm_start(cfg, trainer, dataset, scorers.get("env"))
+    elif cached and not resume and wants_warm_start(cfg):  # RL then reads the prompts after the warm start's,
+        await skip_warm_start(cfg, dataset)  # as it does after a fresh one: a cache hit changes nothing downstream
     generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, init_path, cfg.seed,
                               generator_sizes(cfg))
     s = Samplers(generator, **scorers, in_flight=cfg.services.generator.in_flight)
@@ -87,7 +93,10 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
         ref_model = runtime.spawn("ref_model", ReferenceModel, cfg.model, init_path, cfg.algorithm.temperature)
     await trainer.route().push_weights.call_one(generator.fanout())  # generators start at the trainer's version
     pad_id = await generator.route().pad_id.call_one()
-    return Handles(dataset, generator, s, trainer, buffer, ref_model, pad_id, warm)
+    h = Handles(dataset, generator, s, trainer, buffer, ref_model, pad_id, warm)
+    if resume and resume.loop:  # the prompt stream and the replay buffer as the interrupted run left them
+        await restore_services(h, resume.loop)
+    return h
 
 
 async def rollouts(cfg, h: Handles, state: LoopState) -> None:
@@ -99,6 +108,8 @@ async def rollouts(cfg, h: Handles, state: LoopState) -> None:
         if state.episodes_added // batch_episodes - state.published > a.max_policy_age:
             await asyncio.sleep(0.002)
             continue
+        await state.quiesce.begin()
+        batch = state.episodes_added // batch_episodes  # its draws are seeded by (run seed, batch, call)
         # Dynamic sampling (DAPO): drop groups whose rewards are all equal, refill up to max_sampling_attempts.
         sampler = DynamicSampling(a.prompts_per_step, a.max_sampling_attempts, enabled=a.dynamic_sampling)
         seen: list[Group] = []
@@ -106,7 +117,7 @@ async def rollouts(cfg, h: Handles, state: LoopState) -> None:
         while not sampler.done:
             problems = await h.dataset.route().sample.call_one(sampler.needed)
             groups, gen_metrics = await sample_groups(cfg, h.samplers, problems, a.group_size, a.temperature,
-                                                      a.top_p)
+                                                      a.top_p, seed=rollout_seed(cfg.seed, batch, sampler.attempts))
             generated = {k: generated.get(k, 0.0) + v for k, v in gen_metrics.items()}  # over every attempt
             sampler.add(groups)
             seen += groups
@@ -140,6 +151,7 @@ async def rollouts(cfg, h: Handles, state: LoopState) -> None:
                 {"version": g.policy_version, "prompt": g.problem.prompt, "completion": g.completions[0].text,
                  "target": g.problem.target, "reward": g.rewards[0]}
             )
+        state.quiesce.end()
 
 
 async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = None) -> dict[str, float]:
@@ -147,20 +159,45 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
     heldout = await h.dataset.route().eval_problems.call_one()
     first = resume.step + 1 if resume else 1
     if resume:
-        start = {"eval/accuracy": tracker.metric_at("eval/accuracy", step=0)}
+        start = {"eval/accuracy": tracker.metric_at("eval/accuracy", step=0)} if heldout else {}
     else:
         start = await evaluate(cfg, h.samplers, heldout, step=0)
         tracker.log_metrics(start, step=0)
     state = LoopState(published=first - 1, episodes_added=(first - 1) * a.prompts_per_step * a.group_size)
+    if resume and resume.loop:  # the batches the interrupted run had made, and their rollout metrics
+        state.episodes_added = resume.loop["episodes_added"]
+        state.rollout_metrics.extend(resume.loop["rollout_metrics"])
+        state.samples = resume.loop["samples"]
     rollout_task = asyncio.create_task(rollouts(cfg, h, state))
     bar = tqdm(total=cfg.steps, initial=first - 1, desc="grpo", disable=not cfg.progress, dynamic_ncols=True)
     stalled = 0  # steps in a row on which every group's rewards were all equal (zero advantage: no gradient)
+    rewards_ok = RewardWatch(cfg.reward.max_failure_rate, cfg.reward.failure_steps)
+    saved = first - 1 if resume else 0
+
+    async def checkpoint(step: int) -> None:  # a consistent cut: no rollout batch in flight while it is taken
+        nonlocal saved
+        async with state.quiesce.paused(rollout_task):
+            loop = await loop_snapshot(h, state)
+        await save_checkpoint(cfg, h.trainer, tracker, step, loop)
+        saved = step
+
+    async def stop(step: int) -> Stopped:  # SIGTERM / SIGUSR2 / Ctrl-C, between steps: keep what is done
+        if cfg.checkpoint.every and step > saved:
+            await checkpoint(step)
+        done = cfg.checkpoint.every and step > 0 and step == saved
+        return Stopped(STOP.requested, step, str(step_dir(cfg.checkpoint.dir, step)) if done else None,
+                       "checkpoint.every=0" if not cfg.checkpoint.every else "no step had finished")
+
+    STOP.steps_started = True  # from here a stop signal ends the run at a step boundary, with a checkpoint
     try:
         for step in range(first, cfg.steps + 1):
             t0 = time.perf_counter()
-            while (episodes := await h.buffer.route().sample.call_one(
-                a.prompts_per_step * a.group_size, step - 1
-            )) is None:
+            while True:
+                if STOP.requested:  # a stop signal, between steps: checkpoint what is done and end
+                    raise await stop(step - 1)
+                episodes = await h.buffer.route().sample.call_one(a.prompts_per_step * a.group_size, step - 1)
+                if episodes is not None:
+                    break
                 if rollout_task.done():
                     rollout_task.result()  # re-raise the rollout failure
                 await asyncio.sleep(0.002)
@@ -185,7 +222,10 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
             if step % 10 == 0:
                 tracker.flush()
             if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
-                await save_checkpoint(cfg, h.trainer, tracker, step)
+                await checkpoint(step)
+            if failing := rewards_ok.update(metrics):  # a reward that keeps raising: nothing is being learned
+                errors = await h.samplers.reward.route().errors.call_one()
+                raise rewards_ok.error(*failing, errors.get(failing[0]))
             stalled = stalled + 1 if metrics.get("filter/zero_variance_frac") == 1.0 else 0
             if stalled == STALL_STEPS:  # once per stall
                 msg = (f"every group has had zero reward variance for {STALL_STEPS} steps (reward/mean "
@@ -203,10 +243,11 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
     finally:
         state.done = True
         bar.close()
+        rollout_task.cancel()  # a batch in flight is not waited for (a stop, a failure, or the last step)
         await asyncio.gather(rollout_task, return_exceptions=True)
     end = await evaluate(cfg, h.samplers, heldout, step=cfg.steps)
     tracker.log_metrics(end, step=cfg.steps)
     if state.samples:
         tracker.log_table({k: [row[k] for row in state.samples] for k in state.samples[0]}, "samples/completions.json")
-    return {"eval/accuracy_start": start["eval/accuracy"], "eval/accuracy_end": end["eval/accuracy"]}
+    return {f"eval/accuracy_{when}": m["eval/accuracy"] for when, m in (("start", start), ("end", end)) if m}
 

@@ -29,6 +29,7 @@ def check(config: ForgeConfig) -> None:
         check_loss_inputs(loss, SFT_INPUTS, key="algorithm.loss (algorithm=sft)")
     else:
         check_loss_inputs(loss, available_inputs(config.algorithm.beta))
+        probe_loss(loss, available_inputs(config.algorithm.beta))
     if not config.reward.functions:
         raise ValueError("reward.functions is empty: give at least one reward function")
     build_reward(config.reward)
@@ -36,11 +37,66 @@ def check(config: ForgeConfig) -> None:
     locate(config.generator._target_, "generator")
     model = build(config.model, "model")
     model.check_available()
+    check_context(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
     check_dataset(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
     if config.env.multi_turn:
         check_env(config, model)
     meshes = plan_for(config)
     check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def probe_loss(loss, available: set[str]) -> None:
+    """Call the loss once on a made-up batch of 2 sequences x 3 tokens, the way the trainer will: it must return a
+    finite scalar that depends on the policy's logprobs (a per-token vector, a NaN, a constant fail here)."""
+    import torch
+
+    from forge_exp.rl.losses import _describe, call_loss
+
+    g = torch.Generator().manual_seed(0)
+    logprobs = (-torch.rand(2, 3, generator=g) - 0.1).requires_grad_()  # [B, T]
+    inputs = {
+        "logprobs": logprobs,
+        "behavior_logprobs": logprobs.detach() - 0.05,  # [B, T]
+        "advantages": torch.tensor([[1.0], [-1.0]]),  # [B, 1]
+        "padding_mask": torch.tensor([[True, True, False], [True, True, True]]),  # [B, T]
+        "entropy": torch.rand(2, 3, generator=g).requires_grad_(),  # [B, T]
+        "ref_logprobs": logprobs.detach() - 0.1 if "ref_logprobs" in available else None,  # [B, T]
+    }
+    name = f"algorithm.loss ({_describe(loss)})"
+    try:
+        value, _ = call_loss(loss, **inputs)
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 — the loss's own error, on a well-formed batch
+        raise ValueError(f"{name} raised on a test batch of 2 x 3 tokens: {type(e).__name__}: {e}") from None
+    if not torch.isfinite(value.detach()):
+        raise ValueError(f"{name} returned {value.item()} on a test batch of 2 x 3 tokens; it must be finite")
+    if not value.requires_grad:
+        raise ValueError(f"{name} returned a value with no gradient with respect to logprobs: training could not "
+                         f"move the policy")
+
+
+def check_context(config: ForgeConfig, model, sft: bool = False) -> None:
+    """The longest prompt plus the response budget (SFT: the longest sequence) fits in the model's positions."""
+    positions = getattr(model, "max_position_embeddings", None)
+    if positions is None:
+        try:
+            from transformers import AutoConfig
+
+            positions = getattr(AutoConfig.from_pretrained(model.source(), local_files_only=True),
+                                "max_position_embeddings", None)
+        except (OSError, ValueError):  # unreadable here: the model's own loading says why, later
+            return
+    if positions is not None and sft and config.algorithm.max_seq_len > positions:
+        raise ValueError(f"algorithm.max_seq_len={config.algorithm.max_seq_len} is longer than the model's "
+                         f"max_position_embeddings={positions}: lower it or use a model with a longer context")
+    prompt, response = config.dataset.prompt_budget, config.dataset.max_new_tokens
+    if positions is not None and not sft and prompt + response > positions:
+        what = ("dataset.max_prompt_tokens" if hasattr(config.dataset, "max_prompt_tokens")
+                else "the task's longest prompt")
+        raise ValueError(f"model.max_position_embeddings={positions} is shorter than a prompt ({what}: {prompt} "
+                         f"tokens) plus dataset.max_new_tokens={response}: lower them or use a model with a longer "
+                         f"context")
 
 
 def check_dataset(config: ForgeConfig, model, sft: bool = False) -> None:

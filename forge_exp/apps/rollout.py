@@ -6,6 +6,10 @@
 The problems are split into chunks, `services.generator.replicas × services.generator.in_flight` of them, sent
 concurrently: every generator replica has calls in flight (route() spreads them), a replica's engine batches the
 calls it holds, and a chunk is scored while the others still generate. The metrics describe the whole call.
+
+A call with a `seed` gives chunk i the seed derive_seed(seed, i) (and a multi-turn episode's turns theirs): what is
+drawn depends on the seed and the problems, not on which replica answers or in which order, so a resumed run draws
+what the interrupted one would have (apps/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge_exp.envs.report import episode_metrics
+from forge_exp.models.sampling import derive_seed
 from forge_exp.rewards.combine import component_means
 from forge_exp.rl.types import Group, Problem
 from forge_exp.runtime.services import Service
@@ -50,11 +55,15 @@ def chunked(items: list, count: int) -> list[list]:
 
 
 async def sample_groups(cfg, s: Samplers, problems: list[Problem], n: int, temperature: float, top_p: float,
-                        env_overrides: dict | None = None) -> tuple[list[Group], dict[str, float]]:
-    """n scored samples of each problem (groups in the problems' order) and the call's generation metrics."""
+                        env_overrides: dict | None = None, seed: int | None = None,
+                        ) -> tuple[list[Group], dict[str, float]]:
+    """n scored samples of each problem (groups in the problems' order) and the call's generation metrics. `seed`
+    fixes the draws (None: each engine's next seed)."""
     t0 = time.perf_counter()
+    seeds = (None if seed is None else derive_seed(seed, i) for i in range(s.chunks))
     parts = await asyncio.gather(*(
-        _sample_chunk(cfg, s, chunk, n, temperature, top_p, env_overrides) for chunk in chunked(problems, s.chunks)
+        _sample_chunk(cfg, s, chunk, n, temperature, top_p, env_overrides, chunk_seed)
+        for chunk, chunk_seed in zip(chunked(problems, s.chunks), seeds)
     ))
     seconds = time.perf_counter() - t0
     groups = [g for chunk_groups, _ in parts for g in chunk_groups]
@@ -70,12 +79,12 @@ async def sample_groups(cfg, s: Samplers, problems: list[Problem], n: int, tempe
     return groups, metrics
 
 
-async def _sample_chunk(cfg, s: Samplers, problems, n, temperature, top_p, env_overrides):
+async def _sample_chunk(cfg, s: Samplers, problems, n, temperature, top_p, env_overrides, seed):
     if s.env is not None:
         return await s.env.route().episodes.call_one(problems, s.generator.route(), n, temperature, top_p,
-                                                     env_overrides)
+                                                     env_overrides, seed)
     groups, metrics = await s.generator.route().generate.call_one(problems, n, temperature, top_p,
-                                                                  cfg.dataset.max_new_tokens)
+                                                                  cfg.dataset.max_new_tokens, seed=seed)
     return await s.reward.route().score.call_one(groups), metrics
 
 

@@ -6,6 +6,8 @@
         correct:  {_target_: forge_exp.rewards.math.MathReward, weight: 1.0}
         thinking: {_target_: forge_exp.rewards.thinking.ThinkingReward, weight: 0.1}
       failure_value: 0.0               # score of a function that raised or returned NaN/inf for a completion
+      max_failure_rate: 0.5            # the run fails when a function fails on more than this share of a step's
+      failure_steps: 3                 #   completions, this many steps in a row (with that function's own error)
 
 Built by runtime.build.build_reward (each `_target_` through hydra.utils.instantiate, its keyword arguments checked
 against its signature); the structure is checked here, without imports.
@@ -18,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Dict
 
-from forge_exp.config.checks import FieldError, finite
+from forge_exp.config.checks import FieldError, at_least, finite, within
 
 
 @dataclass
@@ -28,6 +30,8 @@ class RewardConfig:
     # would join every reward config.
     functions: Dict[str, Any] = field(default_factory=dict)
     failure_value: float = 0.0
+    max_failure_rate: float = 0.5  # share of a step's completions a function may fail on; 1 = never stop the run
+    failure_steps: int = 3  # steps in a row above max_failure_rate before the run stops as FAILED
 
     def __post_init__(self) -> None:
         weights = [check_function(name, spec) for name, spec in self.functions.items()]
@@ -35,6 +39,8 @@ class RewardConfig:
             raise FieldError("functions", "have every weight 0, so every completion would score 0 and there would "
                                           "be nothing to learn; give one function a non-zero weight")
         finite("failure_value", self.failure_value)
+        within("max_failure_rate", self.max_failure_rate, 0, 1)
+        at_least("failure_steps", self.failure_steps, 1)
 
 
 def check_function(name: Any, spec: Any) -> float:

@@ -33,10 +33,14 @@ class CheckpointConfig:
     every: int = 0  # steps between training checkpoints (weights + optimizer + step); 0 = none
     dir: Optional[str] = None  # default: <run output dir>/checkpoints
     keep: int = 2  # newest checkpoints kept
+    # on SIGTERM / SIGUSR2 / Ctrl-C: seconds to let the step in flight finish and checkpoint it (with every > 0);
+    # past that the run stops without one. Keep it under the time SLURM gives between SIGTERM and SIGKILL (KillWait).
+    stop_grace_s: float = 20.0
 
     def __post_init__(self) -> None:
         at_least("every", self.every, 0)
         at_least("keep", self.keep, 1)
+        at_least("stop_grace_s", self.stop_grace_s, 0)
 
 
 @dataclass
@@ -45,6 +49,10 @@ class TrackingConfig:
     experiment: str = "forge-exp"
     run_name: Optional[str] = None
     parent_run_id: Optional[str] = None  # set by sweeps: this run becomes a child of the sweep's parent run
+    close_wait_s: float = 60.0  # at the end, how long to keep trying a store that does not answer (docs/reliability.md)
+
+    def __post_init__(self) -> None:
+        at_least("close_wait_s", self.close_wait_s, 0)
 
 
 @dataclass

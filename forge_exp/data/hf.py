@@ -231,12 +231,14 @@ class ProblemMaker:
 
 
 class TrainProblems:
-    """The train split as an endless stream of Problems. `factory()` starts at epoch 0, `factory(start_epoch=k)`
-    resumes at epoch k; `epoch` is the epoch being read, `skipped` the prompts dropped as too long."""
+    """The train split as an endless stream of Problems. `factory()` starts at epoch 0; `factory(epoch, offset)`
+    resumes where `position` said a stream was: (the epoch being read, rows of it read so far); `skipped` counts
+    the prompts dropped as too long."""
 
     def __init__(self, source: RowProblems, make: ProblemMaker, rows: Any, where: str):
         self.source, self.make, self.rows, self.where = source, make, rows, where
         self.epoch = 0
+        self.position = (0, 0)
         if not source.streaming:  # check every row now, before any process starts
             self.rows = list(records(rows, where, source))
             if not self.rows:
@@ -248,16 +250,19 @@ class TrainProblems:
     def skipped(self) -> int:
         return self.make.skipped
 
-    def __call__(self, start_epoch: int = 0) -> Iterator[Problem]:
+    def __call__(self, start_epoch: int = 0, start_offset: int = 0) -> Iterator[Problem]:
         for epoch in itertools.count(start_epoch):
             self.epoch = epoch
+            offset = start_offset if epoch == start_epoch else 0
             produced = 0
-            for question, target in self.epoch_records(epoch):
+            for question, target in itertools.islice(self.epoch_records(epoch), offset, None):
+                offset += 1
+                self.position = (epoch, offset)
                 problem = self.make(question, target)
                 if problem is not None:
                     produced += 1
                     yield problem
-            if produced == 0:
+            if produced == 0 and (epoch != start_epoch or start_offset == 0):
                 raise ValueError(
                     f"{self.where}: no prompt fits in dataset.max_prompt_tokens={self.source.max_prompt_tokens} "
                     f"(or the split is empty); raise it or shorten dataset.system_prompt"

@@ -203,7 +203,10 @@ class VllmEngine:
         params = self._params(sampling)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token (encode with a <bos> token)")
-        work = [self._one(p, params.clone()) for p in prompts]
+        # Sampling.seed fixes the call's draws: prompt i gets its own 48-bit seed from (seed, i), whatever else runs
+        seeds = [None if sampling.seed is None else random.Random(sampling.seed * 1_000_003 + i).getrandbits(48)
+                 for i in range(len(prompts))]
+        work = [self._one(p, params.clone(), seed) for p, seed in zip(prompts, seeds)]
         future = asyncio.run_coroutine_threadsafe(_gather(work), self._loop)
         rows = await asyncio.wrap_future(future)
         if sampling.temperature == 0 and sampling.n > 1:
@@ -234,10 +237,11 @@ class VllmEngine:
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
 
-    async def _one(self, prompt: list[int], params) -> list[Versioned]:
+    async def _one(self, prompt: list[int], params, seed: int | None = None) -> list[Versioned]:
         from vllm.inputs import tokens_input
 
-        params.seed = self._seeds.getrandbits(48)  # the engine loop is one thread: no lock needed
+        # the engine loop is one thread: no lock needed for the engine's own stream
+        params.seed = seed if seed is not None else self._seeds.getrandbits(48)
         final = None
         async for out in self._engine.generate(tokens_input(prompt), params, request_id=f"r{next(self._ids)}"):
             final = out

@@ -82,20 +82,23 @@ class SweepTracker(Callback):
             self._export(json.loads(path.read_text()), set_uri=config.tracking.uri is None)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self.finish("FINISHED")
+        self.finish("FINISHED", jobs_ended=True)
 
     def _finish_at_exit(self) -> None:
         if not self._finished:  # a job failed or the sweep was interrupted: on_multirun_end never ran
             self.finish("FAILED")
 
-    def finish(self, status: str) -> list[dict[str, Any]]:
-        """Print the table, log it to the parent run, close the parent. Idempotent."""
+    def finish(self, status: str, jobs_ended: bool = False) -> list[dict[str, Any]]:
+        """Print the table, log it to the parent run, close the parent. Idempotent. `jobs_ended`: every job has
+        returned, so a child still RUNNING lost its controller (reconcile_children)."""
         if self._finished or self.state is None:
             return []
         self._finished = True
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(self.state["uri"])
+        if jobs_ended:
+            reconcile_children(client, self.state)
         rows = collect(client, self.state)
         table = format_table(rows, self.state["swept"])
         parent = self.state["parent_run_id"]
@@ -230,6 +233,20 @@ def collect(client, state: dict[str, Any]) -> list[dict[str, Any]]:
         )
         rows.append(row)
     return sorted(rows, key=lambda r: (_sortable(r["job"]), *(_sortable(r[k]) for k in state["swept"]), r["run_id"]))
+
+
+def reconcile_children(client, state: dict[str, Any]) -> list[str]:
+    """Children still RUNNING once every job has ended: their controller died without closing them (SIGKILL, a lost
+    node, MLflow unreachable at its end). Mark them KILLED, saying why; returns their run ids."""
+    stale = client.search_runs(
+        [state["experiment_id"]], max_results=10000,
+        filter_string=f"tags.mlflow.parentRunId = '{state['parent_run_id']}' and attributes.status = 'RUNNING'",
+    )
+    for run in stale:
+        client.set_tag(run.info.run_id, "forge_exp.end", "its sweep job ended without closing the run; marked by the "
+                                                         "sweep's parent")
+        client.set_terminated(run.info.run_id, status="KILLED")
+    return [run.info.run_id for run in stale]
 
 
 def format_table(rows: list[dict[str, Any]], swept: list[str]) -> str:

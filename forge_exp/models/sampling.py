@@ -13,6 +13,7 @@ truncation; for T == 0 (greedy) it is log_softmax(logits), T = 1 (see models/gen
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +45,13 @@ def row_key(seed: int, row: int) -> int:
     keys: each step of the mix is a bijection of 32-bit values."""
     s = _fmix32_int((seed & M32) ^ _fmix32_int(((seed >> 32) & M32) + 0x3C6EF372))
     return _fmix32_int(s ^ ((row * 0x9E3779B9 + 0xBB67AE85) & M32))
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A call seed made of `parts` (a run's seed, a batch, a call index...): the same in every process, run and
+    schedule, unlike Python's salted hash(); 62 bits."""
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2
 
 
 def uniform(keys: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,7 @@ class WeightedReward:
         self.functions = {name: (fn, float(weight)) for name, (fn, weight) in functions.items()}
         self.failure_value = float(failure_value)
         self.failure_counts = {name: 0 for name in self.functions}
+        self.last_errors: dict[str, str] = {}  # name → the function's latest failure, "TypeError: ..."
 
     @property
     def names(self) -> list[str]:
@@ -64,6 +65,7 @@ class WeightedReward:
             return value
         except Exception as err:  # noqa: BLE001 — one bad completion must not stop the run
             self.failure_counts[name] += 1
+            self.last_errors[name] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
             if self.failure_counts[name] == 1:  # once per function; later ones only counted
                 log.warning(
                     "reward function %r failed (scored %s; further failures are counted in failed/%s): %s",

@@ -1,14 +1,18 @@
 """Replay buffer logic: episodes wait here between rollouts and training, and leave when they are too old.
 
 Off-policy bound: a batch trained at policy version v holds only episodes sampled by versions >= v - max_policy_age.
+`state_dict()` / `load_state_dict()` carry the episodes and the sampling RNG through a checkpoint as plain JSON
+(floats round-trip exactly), so a resumed run trains on the batches the interrupted one had made.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import deque
+from typing import Any
 
-from forge_exp.rl.types import Episode
+from forge_exp.rl.types import Completion, Episode
 
 
 class ReplayBuffer:
@@ -45,3 +49,24 @@ class ReplayBuffer:
         batch = [self._episodes.popleft() for _ in range(n)]
         self._rng.shuffle(batch)
         return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"episodes": [dataclasses.asdict(e) for e in self._episodes], "rng": _plain(self._rng.getstate()),
+                "evicted": self.evicted}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._episodes = deque(episode_from_dict(e) for e in state["episodes"])
+        self._rng.setstate(_tuples(state["rng"]))
+        self.evicted = state["evicted"]
+
+
+def episode_from_dict(d: dict[str, Any]) -> Episode:
+    return Episode(**{**d, "completion": Completion(**d["completion"])})
+
+
+def _plain(x: Any) -> Any:
+    return [_plain(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _tuples(x: Any) -> Any:
+    return tuple(_tuples(v) for v in x) if isinstance(x, list) else x

@@ -1,4 +1,10 @@
-"""How the processes of a run end: Monarch's own proc bootstrap, then an exit that skips freeing the interpreter.
+"""How the processes of a run start and end: Monarch's own proc bootstrap with the stop signals ignored, then an exit
+that skips freeing the interpreter.
+
+A stop signal is the controller's to act on: it lets the step in flight finish, checkpoints, and then stops the
+meshes (apps/faults.py). SLURM sends SIGTERM to every process of a job (scancel, a time limit), so a service that
+died of it would take that step with it. SIGKILL still ends a service process, and so does its controller's death
+(Monarch starts it with a parent-death signal); stopping a mesh does not use signals.
 
 A process that has imported torch and transformers spends 1-2 s (more when the cores are busy) in interpreter
 finalization after its work is done, freeing thousands of modules one by one; `Runtime.stop` waits for every proc
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 
 BOOTSTRAP_MODULE = "forge_exp.runtime.bootstrap"
@@ -41,6 +48,8 @@ def bootstrap_command():
 
 
 def main() -> None:
+    for signum in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)  # (SIGINT ignored: asyncio then installs no Ctrl-C handler either)
     from monarch._src.actor.bootstrap_main import invoke_main
 
     try:

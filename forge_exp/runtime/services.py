@@ -20,6 +20,7 @@ from monarch.actor import ProcMesh, this_host, this_proc
 from forge_exp.config.services import CONTROLLER
 from forge_exp.runtime.bootstrap import bootstrap_command
 from forge_exp.runtime.layout import MeshPlan
+from forge_exp.runtime.supervision import Supervisor, configure_monarch
 
 if TYPE_CHECKING:
     from forge_exp.runtime.hosts import ClusterHosts
@@ -53,13 +54,16 @@ class Service:
 
 
 class Runtime:
-    """Owns every proc mesh of a run; `stop()` (also via `async with`) ends all of them."""
+    """Owns every proc mesh of a run; `stop()` (also via `async with`) ends all of them. Inside `async with`, a
+    service that dies or fails to start ends `supervise(work)` with one ServiceFailed (runtime/supervision.py)."""
 
     def __init__(self, meshes: dict[str, MeshPlan], hosts: "ClusterHosts | None" = None):
+        configure_monarch()
         self.plans = meshes
         self.hosts = hosts  # cluster=slurm: the hosts of the meshes on cluster nodes (they own those meshes)
         self.procs: dict[str, ProcMesh] = {}
         self.worlds: dict[str, Any] = {}  # torch.distributed worlds over a mesh (spawn_collective)
+        self.supervisor = Supervisor()
 
     def _mesh_for(self, service: str) -> tuple[MeshPlan, ProcMesh]:
         for plan in self.plans.values():
@@ -69,7 +73,7 @@ class Runtime:
                 if plan.name not in self.procs:
                     self.procs[plan.name] = this_host().spawn_procs(
                         per_host={"replicas": plan.replicas, "procs": plan.spawn_procs}, name=plan.name,
-                        bootstrap_command=bootstrap_command(),  # exits fast once stopped (runtime/bootstrap.py)
+                        bootstrap_command=bootstrap_command(),  # runtime/bootstrap.py: ignores stop signals, exits fast
                     )
                 return plan, self.procs[plan.name]
         raise KeyError(f"service '{service}' is not in the services layout")
@@ -84,6 +88,7 @@ class Runtime:
             return Service(service, actors, 1, local=True)
         plan, procs = self._mesh_for(service)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
+        self.supervisor.meshes[service] = plan.name
         return Service(service, actors, plan.replicas)
 
     async def spawn_collective(self, service: str, actor_cls: type, *args: Any, backend: str, **kwargs: Any) -> Service:
@@ -98,6 +103,7 @@ class Runtime:
         self.worlds[plan.name] = await init_torch_world(procs, backend, devices if plan.gpus else None,
                                                         local_world_size=plan.procs_per_host)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
+        self.supervisor.meshes[service] = plan.name
         return Service(service, actors, plan.replicas, collective=True)
 
     def _in_controller(self, service: str) -> bool:
@@ -117,6 +123,7 @@ class Runtime:
                 errors.append(f"{name} torch world: {e}")
             self.worlds.pop(name, None)
         procs, self.procs = dict(self.procs), {}
+        # together: each waits ~0.5 s for its processes to exit, and a failed run should end promptly
         results = await asyncio.gather(*(p.stop() for p in procs.values()), return_exceptions=True)
         for r in results:  # Ctrl-C or cancellation while stopping: after every mesh was asked to stop
             if isinstance(r, BaseException) and not isinstance(r, Exception):
@@ -128,13 +135,22 @@ class Runtime:
         if self.hosts is not None:
             await self.hosts.stop()
 
+    async def supervise(self, work):
+        """Await the app; a service failure cancels it and is raised instead (ServiceFailed)."""
+        return await self.supervisor.run(work)
+
     async def __aenter__(self) -> "Runtime":
         if self.hosts is not None:
             await self.hosts.start()  # ends the job itself if it fails: __aexit__ does not run then
+        self.supervisor.install()
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await self.stop()
+        self.supervisor.closing = True  # the meshes are stopped on purpose now
+        try:
+            await self.stop()
+        finally:
+            self.supervisor.uninstall()
 
 
 class _EveryProcess:

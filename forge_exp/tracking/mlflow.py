@@ -1,7 +1,9 @@
 """MLflow logging for one experiment run: params from the flattened config, batched metrics, artifacts.
 
 Only apps/ and cli.py use this module. Metrics are buffered and sent with `log_batch`: a single `log_metric` call
-costs ~20 ms on a sqlite store, which would dominate a fast CPU step.
+costs ~20 ms on a sqlite store, which would dominate a fast CPU step. A batch the store refuses or does not answer
+(a server restarting) is kept, on disk when the run has a directory, and sent again on the next flush; the run goes
+on. tracking/store.py creates the store, probes it, and closes what a dead controller left RUNNING.
 
 Everything that talks to the store runs on one background thread, in call order: importing mlflow (~1.2 s) and
 opening the store and the run (~1-3 s on a fresh sqlite store) overlap with spawning the services instead of
@@ -12,6 +14,7 @@ are stored (checkpoints rely on it); a failure of the thread is raised by the ne
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -21,11 +24,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
+from forge_exp.tracking.store import (  # noqa: F401 — ensure_store: the sweep callback's too
+    SPOOL_FILE, Ownership, create_experiment, ensure_store, read_spool, send_rows, store_lock, wait_for, write_spool,
+)
+
+log = logging.getLogger(__name__)
 MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
 BATCH = 900  # metrics per log_batch call (MLflow accepts up to 1000)
 # MLflow 3's UI opens an experiment on its GenAI pages (traces) unless the experiment says it holds training runs
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
+RETRY_S = (5, 10, 30, 60)  # after a failed send, wait this long (then the next) before trying again
+CLOSE_WAIT_S = 60.0  # at the end, how long to keep trying to reach the store before leaving it to the next start
 
 
 def default_tracking_uri(root: str | os.PathLike | None = None) -> str:
@@ -34,18 +44,6 @@ def default_tracking_uri(root: str | os.PathLike | None = None) -> str:
         return os.environ["MLFLOW_TRACKING_URI"]
     root = Path(root or os.getcwd()) / "mlruns"
     return f"sqlite:///{root.resolve()}/mlflow.db"
-
-
-def ensure_store(uri: str) -> None:
-    """Create a local store once, before any worker logs: several processes creating a fresh sqlite store at once
-    corrupt it. Opening the client creates and migrates the tables."""
-    from mlflow.tracking import MlflowClient
-
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    MlflowClient(uri).search_experiments(max_results=1)
 
 
 def _artifact_root(uri: str) -> str | None:
@@ -68,7 +66,8 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class Tracker:
-    """One MLflow run. Use as a context manager so the run is marked FAILED/KILLED when the app raises."""
+    """One MLflow run. Use as a context manager so the run is marked FAILED/KILLED when the app raises (an
+    exception may say which with a `run_status` attribute, and `str()` of it is kept in the tag forge_exp.error)."""
 
     def __init__(
         self,
@@ -79,12 +78,21 @@ class Tracker:
         run_id: str | None = None,
         parent_run_id: str | None = None,
         hold: bool = False,
+        run_dir: str | os.PathLike | None = None,
+        close_wait_s: float = CLOSE_WAIT_S,
     ):
         """Returns at once; the store and the run are opened on the tracker's thread (see the module docstring).
         hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once the checkpoint
-        that covers their steps is on disk, so a resumed run logs no step twice."""
+        that covers their steps is on disk, so a resumed run logs no step twice. `run_dir`: where the run claims
+        its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take."""
         self.uri = uri
         self.hold = hold
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.owner = Ownership(run_dir) if run_dir is not None else None
+        self.spool: Path | None = None  # set once the run id is known
+        self._unsent: list[tuple] = []  # rows the store did not take (only the tracker's thread touches them)
+        self._retry_at, self._failures = 0.0, 0
+        self.close_wait_s = close_wait_s
         self._metrics: list[tuple[str, float, int, int]] = []
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-exp-mlflow")
         self._queued: list[Future] = []
@@ -96,15 +104,13 @@ class Tracker:
 
         ensure_store(self.uri)
         self._client = client = MlflowClient(self.uri)
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            exp_id = client.create_experiment(experiment, artifact_location=_artifact_root(self.uri),
-                                              tags=EXPERIMENT_KIND)
-        else:
-            exp_id = exp.experiment_id
-            if not set(EXPERIMENT_KIND.items()) <= set(exp.tags.items()):  # a store made before this tag existed
-                for k, v in EXPERIMENT_KIND.items():
-                    client.set_experiment_tag(exp_id, k, v)
+        with store_lock(self.uri):  # several runs starting at once on a new store: one creates the experiment
+            exp_id = create_experiment(client, experiment, artifact_location=_artifact_root(self.uri),
+                                       tags=EXPERIMENT_KIND)
+        exp = client.get_experiment(exp_id)
+        if not set(EXPERIMENT_KIND.items()) <= set(exp.tags.items()):  # a store made before this tag existed
+            for k, v in EXPERIMENT_KIND.items():
+                client.set_experiment_tag(exp_id, k, v)
         self._experiment_id = exp_id
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
@@ -114,6 +120,10 @@ class Tracker:
             client.update_run(run_id, status="RUNNING")
             client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
         self._run_id = run_id
+        if self.run_dir is not None:
+            self.spool = self.run_dir / SPOOL_FILE.format(run_id=run_id)
+            self._unsent = read_spool(self.spool)
+            self.owner.claim(self.uri, run_id)
 
     # --- the run, once open (these wait for the tracker's thread) --------------------------------------------
     @property
@@ -192,23 +202,49 @@ class Tracker:
     def flush(self) -> None:
         """Send the buffered metrics without waiting for the store (hold mode: nothing, commit() sends)."""
         if not self.hold:
-            self._later(self._send, self.take_pending())
+            self._later(self._deliver, self.take_pending())
 
     def take_pending(self) -> list[tuple[str, float, int, int]]:
         """The buffered metrics as plain (key, value, timestamp, step) rows, removed from the buffer."""
         rows, self._metrics = self._metrics, []
         return rows
 
-    def send(self, rows: list[tuple[str, float, int, int]]) -> None:
-        """Store the rows; returns once they are stored."""
-        self._now(self._send, list(rows))
+    def send(self, rows: list[tuple[str, float, int, int]]) -> bool:
+        """Send rows (after any still unsent) and wait. If the store does not take them they are kept (and spooled
+        to disk) and tried again on a later send; returns whether everything has been sent."""
+        return self._now(self._deliver, list(rows))
 
-    def _send(self, rows: list[tuple[str, float, int, int]]) -> None:
-        from mlflow.entities import Metric
+    def _deliver(self, rows: list[tuple]) -> bool:
+        self._unsent.extend(rows)
+        if not self._unsent or time.monotonic() < self._retry_at:
+            self._save_unsent()
+            return not self._unsent
+        try:
+            send_rows(self._client, self._run_id, self._unsent, BATCH)
+        except Exception as e:  # noqa: BLE001 — a store that is down or refuses: keep the rows, carry on
+            self._retry_at = time.monotonic() + RETRY_S[min(self._failures, len(RETRY_S) - 1)]
+            self._failures += 1
+            if self._failures == 1:
+                log.warning("MLflow at %s did not take %d metric rows (%s: %s); they are kept and sent again",
+                            self.uri, len(self._unsent), type(e).__name__, str(e).splitlines()[0][:200])
+            self._save_unsent()
+            return False
+        self._sent_all()
+        self._save_unsent()
+        return True
 
-        metrics = [Metric(*row) for row in rows]
-        for i in range(0, len(metrics), BATCH):
-            self._client.log_batch(self._run_id, metrics=metrics[i : i + BATCH])
+    def _sent_all(self) -> None:
+        if self._failures:
+            log.warning("MLflow at %s answers again: %d kept metric rows sent", self.uri, len(self._unsent))
+        self._unsent, self._failures, self._retry_at = [], 0, 0.0
+
+    def _save_unsent(self) -> None:
+        if self.spool is not None and (self._unsent or self.spool.exists()):
+            write_spool(self.spool, self._unsent)
+
+    @property
+    def unsent(self) -> int:
+        return len(self._unsent)
 
     def commit(self) -> None:
         self.send(self.take_pending())
@@ -221,24 +257,61 @@ class Tracker:
 
     # --- artifacts -----------------------------------------------------------------------------------------
     def log_text(self, text: str, path: str) -> None:
-        self._later(lambda: self._client.log_text(self._run_id, text, path))
+        self._later(self._artifact, lambda: self._client.log_text(self._run_id, text, path))
 
     def log_table(self, columns: Mapping[str, list], path: str) -> None:
         data = dict(columns)
-        self._later(lambda: self._client.log_table(self._run_id, data=data, artifact_file=path))
+        self._later(self._artifact, lambda: self._client.log_table(self._run_id, data=data, artifact_file=path))
+
+    def _artifact(self, upload) -> None:
+        """An upload, tried again for up to close_wait_s while the store does not answer (a server restarting)."""
+        wait_for(upload, self.close_wait_s)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
-    def close(self, status: str = "FINISHED") -> None:
-        """Store what is buffered (unless a held run failed), mark the run, and wait for the thread to finish."""
+    def close(self, status: str = "FINISHED", wait_s: float | None = None) -> bool:
+        """Send what is left and set the final status, trying for up to wait_s while the store does not answer;
+        if it still does not, the status and the rows are left in the run dir for the next start (reconcile).
+        Waits for the tracker's thread to finish; returns whether MLflow has everything."""
         rows = self.take_pending() if status == "FINISHED" or not self.hold else []
         # held metrics of a failed run are not logged: they would be logged again on resume
+        wait_s = self.close_wait_s if wait_s is None else wait_s
         try:
-            if self._opened.exception() is None:
-                self._later(self._send, rows).result()
-                self._later(lambda: self._client.set_terminated(self._run_id, status=status)).result()
-            self._raise_failure()
+            self._opened.result()  # a run that could not be opened has nothing to close: its error is raised
+            done = self._io.submit(self._finish, rows, status, wait_s).result()
+            refused = [f.exception() for f in self._queued if f.exception() is not None]
+            if done and refused:  # an artifact the store did not take (when the store is down, the line
+                e = refused[0]     # _finish printed already says what MLflow lacks)
+                print(f"forge-exp: warning: MLflow at {self.uri} did not take {len(refused)} artifact upload(s) of "
+                      f"run {self._run_id} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})",
+                      file=sys.stderr)
+            return done and not refused
         finally:
             self._io.shutdown(wait=True)
+
+    def _finish(self, rows: list[tuple], status: str, wait_s: float) -> bool:
+        self._unsent.extend(rows)
+
+        def finish() -> None:
+            if self._unsent:
+                send_rows(self._client, self._run_id, self._unsent, BATCH)
+                self._sent_all()
+            self._client.set_terminated(self._run_id, status=status)
+
+        try:
+            wait_for(finish, wait_s)
+        except Exception as e:  # noqa: BLE001
+            self._save_unsent()
+            if self.owner is not None:
+                self.owner.pending(status)
+            where = f"; {self.run_dir} keeps them for the next start there" if self.owner else ""
+            print(f"forge-exp: warning: MLflow at {self.uri} did not answer for {wait_s:.0f} s ({type(e).__name__}):"
+                  f" run {self._run_id} is not marked {status}, {len(self._unsent)} metric rows unsent{where}",
+                  file=sys.stderr)
+            return False
+        self._save_unsent()
+        if self.owner is not None:
+            self.owner.release()
+        return True
 
     def __enter__(self) -> "Tracker":
         return self
@@ -246,10 +319,15 @@ class Tracker:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close("FINISHED")
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.close("KILLED")
-        else:
-            self.close("FAILED")
+            return
+        status = getattr(exc, "run_status", None) or ("KILLED" if issubclass(exc_type, KeyboardInterrupt) else
+                                                      "FAILED")
+        with contextlib.suppress(Exception):  # the error is what matters; MLflow may be the thing that is down
+            why = (str(exc) or exc_type.__name__).splitlines()[0][:5000]
+            key = "forge_exp.error" if status == "FAILED" else "forge_exp.stop"
+            self._io.submit(lambda: self._client.set_tag(self._run_id, key, why)).result()  # not queued: a
+            # store that is down fails it, and close() says so in its own way
+        self.close(status)
 
     def run_url(self) -> str:
         base = self.uri.rstrip("/") if self.uri.startswith(("http://", "https://")) else UI

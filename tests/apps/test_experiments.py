@@ -29,14 +29,17 @@ ROWS = {  # a Hub dataset's fields, as its rows come
 
 
 def stand_ins(experiment: str, tmp_path) -> list[str]:
-    dataset = validate(compose_cfg(f"experiment={experiment}", "services=cpu", "model.path=/x")).dataset.name
+    base = validate(compose_cfg(f"experiment={experiment}", "services=cpu", "model.path=/x"))
+    dataset = base.dataset.name
     data = tmp_path / dataset
     data.mkdir()
     for split, n in (("train", 12), ("test", 4)):
         (data / f"{split}.jsonl").write_text("".join(json.dumps(ROWS[dataset](i, 2 * i)) + "\n" for i in range(n)))
     model = save_tiny_family("qwen3", tmp_path / "model")
     return [f"experiment={experiment}", f"model.path={model}", "services=cpu", f"dataset.path={data}",
-            "dataset.subset=null", "dataset.eval_size=4", "dataset.max_new_tokens=8", "steps=2"]
+            "dataset.subset=null", "dataset.eval_size=4", "dataset.max_new_tokens=8", "steps=2",
+            "dataset.max_prompt_tokens=256",  # prompt + response within the stand-in's 512 positions
+            *(["algorithm.max_seq_len=256"] if hasattr(base.algorithm, "max_seq_len") else [])]  # SFT: the same
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)

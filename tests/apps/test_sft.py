@@ -95,7 +95,7 @@ def test_sft_trains_checkpoints_resumes_and_hands_its_model_to_grpo_and_eval(tmp
     data = write_gsm8k_jsonl(tmp_path / "gsm8k", train=8, test=4)
     gsm8k = ["model=qwen3_1_7b", f"model.path={final}", "services=cpu", *data,
              "dataset.target_format=gsm8k", "dataset.system_prompt=none", "dataset.max_new_tokens=8",
-             "dataset.eval_size=4", "reward=math"]
+             "dataset.eval_size=4", "reward=math", "dataset.max_prompt_tokens=256"]  # + response: the tiny's 512
     forge_exp(tmp_path, *gsm8k, "steps=1", "algorithm.beta=0", "algorithm.group_size=2",
               "algorithm.prompts_per_step=2", run_dir="grpo")
     evaluated = forge_exp(tmp_path, "+mode=eval", *gsm8k, "eval.pass_k=2", run_dir="eval")

@@ -1,0 +1,238 @@
+"""The tracking store before and after a run: created once under a lock, probed once, and no run left RUNNING.
+
+- `ensure_store(uri)`: a fresh sqlite store is created and migrated by exactly one process, under an inter-process
+  file lock beside the database; several runs started together on a new path otherwise race inside alembic
+  ("table latest_metrics already exists", "duplicate column name: step"). An http(s) store is probed once with a
+  short timeout, so a server that never answers is one line at start instead of minutes of retries.
+- `Ownership` (`<run dir>/.forge_run.json`): which MLflow run this run dir holds, which process drives it, and, if
+  that process could not reach MLflow at its end, the status it meant to set. The next start in the same run dir
+  (a resume, or a new run) calls `reconcile()`: a run still RUNNING whose controller is gone (SIGKILL, node loss)
+  is marked KILLED, a pending final status is applied, and metrics that never reached the server are sent.
+- `spool`: rows the tracker could not send, kept on disk (`<run dir>/mlflow_unsent.<run id>.jsonl`) until they are sent.
+  MLflow keeps one row per (key, step, timestamp, value), so a row sent twice is stored once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Iterator
+
+log = logging.getLogger(__name__)
+
+OWNER_FILE = ".forge_run.json"
+SPOOL_FILE = "mlflow_unsent.{run_id}.jsonl"  # per run: a new run in the same dir never sends the old one's
+PROBE_TIMEOUT_S = 5.0
+# The MLflow REST client retries 7 times with exponential backoff (~4 min) before it raises. The tracker keeps
+# what it could not send and tries again later, so one attempt of a few seconds is what a call should cost.
+HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+            "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+
+
+class StoreUnavailable(ValueError):
+    """The tracking store cannot be reached or created: one line naming tracking.uri."""
+
+
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """An exclusive inter-process lock for creating or migrating a local store (no-op for a server)."""
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_store(uri: str) -> None:
+    """Create and migrate a local store once (under the lock); probe a server. Raises StoreUnavailable."""
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    if uri.startswith(("http://", "https://")):
+        for key, value in HTTP_ENV.items():
+            os.environ.setdefault(key, value)
+        probe(uri)
+        return
+    from mlflow.tracking import MlflowClient
+
+    with store_lock(uri):
+        try:
+            MlflowClient(uri).search_experiments(max_results=1)  # creates and migrates the tables
+        except Exception as e:  # noqa: BLE001 — one line naming the key
+            raise StoreUnavailable(f"tracking.uri={uri}: cannot open the store ({type(e).__name__}: "
+                                   f"{str(e).splitlines()[0] if str(e) else ''})") from e
+
+
+def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """One request to the server's /health, with a short timeout."""
+    import requests
+
+    try:
+        r = requests.get(f"{uri.rstrip('/')}/health", timeout=timeout)
+        r.raise_for_status()
+    except requests.RequestException as e:
+        why = type(e).__name__ if isinstance(e, requests.Timeout) else str(e).split(":")[-1].strip()[:120]
+        raise StoreUnavailable(
+            f"tracking.uri={uri}: no MLflow server answered within {timeout:.0f} s ({why}); start it "
+            f"(launchers/mlflow_server.sh start) or unset tracking.uri / MLFLOW_TRACKING_URI for a local store"
+        ) from None
+
+
+def create_experiment(client, name: str, **kwargs) -> str:
+    """The experiment's id, creating it if needed; two runs creating it at once both get the same one."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name, **kwargs)
+    except Exception:  # noqa: BLE001 — RESOURCE_ALREADY_EXISTS (another run won) or a real error: look again
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+# --- what could not be sent --------------------------------------------------------------------------------------
+def read_spool(path: Path) -> list[tuple]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(tuple(json.loads(line)))
+        except json.JSONDecodeError:  # a line cut by a kill while it was written
+            continue
+    return rows
+
+
+def write_spool(path: Path, rows: list[tuple]) -> None:
+    if not rows:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(list(r)) + "\n" for r in rows))
+    tmp.replace(path)
+
+
+# --- who owns the run ------------------------------------------------------------------------------------------
+class Ownership:
+    """`<run dir>/.forge_run.json`: {uri, run_id, pid, host, create_time, final_status?}."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.dir = Path(run_dir)
+        self.path = self.dir / OWNER_FILE
+
+    def read(self) -> dict | None:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def claim(self, uri: str, run_id: str) -> None:
+        import psutil
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        me = psutil.Process()
+        self._write({"uri": uri, "run_id": run_id, "pid": me.pid, "host": socket.gethostname(),
+                     "create_time": me.create_time(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
+
+    def pending(self, status: str) -> None:
+        """MLflow could not be told the final status: leave it here for the next start."""
+        state = self.read() or {}
+        state["final_status"] = status
+        self._write(state)
+
+    def release(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def _write(self, state: dict) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self.path)
+
+
+def controller_alive(state: dict) -> bool:
+    """Whether the process that claimed the run still runs (only knowable on its own host)."""
+    import psutil
+
+    if state.get("host") != socket.gethostname():
+        return False  # a requeued job runs elsewhere; the old one is gone
+    try:
+        p = psutil.Process(int(state["pid"]))
+        return abs(p.create_time() - float(state.get("create_time", 0))) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, KeyError, ValueError, TypeError):
+        return False
+
+
+def reconcile(run_dir: str | os.PathLike) -> str | None:
+    """Close what a previous controller of this run dir left open; returns a line saying what was done, or None.
+    The run of a controller still at work (alive, not given up on MLflow, not this process) is left alone."""
+    owner = Ownership(run_dir)
+    state = owner.read()
+    if state is None:
+        return None
+    if controller_alive(state) and not state.get("final_status") and state.get("pid") != os.getpid():
+        return None
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(state["uri"])
+    spool = Path(run_dir) / SPOOL_FILE.format(run_id=state["run_id"])
+    rows = read_spool(spool)
+    done = []
+    try:
+        if rows:
+            send_rows(client, state["run_id"], rows)
+            spool.unlink(missing_ok=True)
+            done.append(f"sent {len(rows)} metric rows it had kept")
+        run = client.get_run(state["run_id"])
+        status = state.get("final_status")
+        if run.info.status == "RUNNING":
+            if status:
+                why = "its status was set on the next start: MLflow could not be reached when it ended"
+            else:
+                status = "KILLED"
+                why = (f"its controller (pid {state.get('pid')} on {state.get('host')}) ended without closing it "
+                       f"(SIGKILL, node loss)")
+            client.set_tag(state["run_id"], "forge_exp.end", why)
+            client.set_terminated(state["run_id"], status=status)
+            done.append(f"marked it {status}")
+    except Exception as e:  # noqa: BLE001 — never block a start on it; say so
+        log.warning("could not reconcile the previous run %s in %s: %s", state.get("run_id"), run_dir, e)
+        return None
+    owner.release()
+    return f"previous run {state['run_id']} in {run_dir}: {', '.join(done)}" if done else None
+
+
+def send_rows(client, run_id: str, rows: list[tuple], batch: int = 900) -> None:
+    from mlflow.entities import Metric
+
+    metrics = [Metric(*row) for row in rows]
+    for i in range(0, len(metrics), batch):
+        client.log_batch(run_id, metrics=metrics[i: i + batch])
+
+
+def wait_for(fn, seconds: float, every: float = 2.0):
+    """fn() until it returns without raising, for up to `seconds`; re-raises the last error."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return fn()
+        except Exception:  # noqa: BLE001
+            if time.monotonic() + every > deadline:
+                raise
+            time.sleep(every)

@@ -1,0 +1,81 @@
+"""What a GRPO checkpoint carries beyond the weights, piece by piece: the replay buffer (episodes and RNG) through
+JSON, the prompt stream's position, the rollout seeds; and what a killed save leaves behind is cleaned up. The whole
+of it, resumed bit for bit: tests/faults/test_resume_exact.py."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+
+from forge_exp.apps.checkpoint import STATE, clean_partial, rollout_seed
+from forge_exp.data import hf
+from forge_exp.rl.replay import ReplayBuffer
+from forge_exp.rl.types import Completion, Episode
+from tests.conftest import ROOT
+from tests.data.test_hf import GSM8K_TRAIN, write_jsonl
+
+
+def episode(version: int, tag: float) -> Episode:
+    c = Completion(prompt_ids=[1, 5], token_ids=[2, 3], logprobs=[-0.1 * tag, math.pi * tag], stop_reason="eos",
+                   policy_version=version, text="23", loss_mask=[True, False])
+    return Episode(completion=c, reward=tag, advantage=-tag / 3, ref_logprobs=[1 / 3, -2 / 7])
+
+
+def test_the_buffer_comes_back_from_json_with_its_episodes_and_rng():
+    a = ReplayBuffer(max_policy_age=1, seed=3)
+    a.add([episode(v, t) for v, t in itertools.product((0, 1), (0.1, 0.7, 1.3))])
+    a.sample(2, policy_version=1)  # the RNG has moved
+    b = ReplayBuffer(max_policy_age=1, seed=99)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))  # as loop.json holds it
+    assert len(b) == len(a) and b.evicted == a.evicted
+    assert b.sample(4, policy_version=1) == a.sample(4, policy_version=1)  # same episodes, same shuffle, floats exact
+
+
+def test_the_prompt_stream_resumes_at_its_position(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")
+    write_jsonl(tmp_path / "train.jsonl", GSM8K_TRAIN)
+    source = hf.FileProblems(train_path=str(tmp_path / "train.jsonl"), target_format="gsm8k", system_prompt="none",
+                             use_chat_template=False)
+    factory, _ = source.problems(None, cache_dir=str(tmp_path / "cache"))
+    stream = factory()
+    seen = [p.target for p in itertools.islice(stream, 13)]  # into the second epoch
+    position = factory.position
+    assert position == (1, 3)
+    rest = [p.target for p in itertools.islice(stream, 15)]
+    again, _ = source.problems(None, cache_dir=str(tmp_path / "cache"))
+    assert [p.target for p in itertools.islice(again(*position), 15)] == rest
+    assert len(seen) == 13
+
+
+def test_rollout_seeds_are_fixed_by_seed_batch_and_call():
+    seeds = {rollout_seed(s, b, c) for s, b, c in itertools.product(range(3), range(50), range(4))}
+    assert len(seeds) == 600 and all(0 <= x < 2**62 for x in seeds)
+    # the same in another process with another hash seed (a resumed run is another process)
+    code = "from forge_exp.apps.checkpoint import rollout_seed; print(rollout_seed(0, 7, 1))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                           env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert int(other.stdout) == rollout_seed(0, 7, 1)
+
+
+def test_partial_saves_are_removed_and_complete_checkpoints_kept(tmp_path):
+    done = tmp_path / "step_0000004"
+    done.mkdir()
+    (done / STATE).write_text("{}")
+    (tmp_path / ".step_0000006.k2j3h").mkdir()  # a save killed before its rename
+    (tmp_path / "step_0000006").mkdir()  # a sharded save killed before its state.json
+    (tmp_path / "final").mkdir()  # an SFT model: not a step checkpoint
+    assert clean_partial(tmp_path) == [".step_0000006.k2j3h", "step_0000006"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final", "step_0000004"]
+    assert clean_partial(tmp_path / "absent") == []
+
+
+def test_json_keeps_floats_exactly():
+    xs = [random.Random(0).random() * 10 ** e for e in range(-300, 300, 7)]
+    assert json.loads(json.dumps(xs)) == xs

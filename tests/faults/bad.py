@@ -1,0 +1,34 @@
+"""Components that are wrong on purpose, for tests/faults (service processes import them by name)."""
+
+import torch
+
+
+class VectorLoss(torch.nn.Module):
+    """Returns one value per token instead of a scalar."""
+
+    def forward(self, logprobs, advantages, padding_mask):
+        return -(logprobs * advantages)
+
+
+class NanLoss(torch.nn.Module):
+    def forward(self, logprobs, advantages, padding_mask):
+        return (logprobs * advantages).sum() * float("nan")
+
+
+class ConstantLoss(torch.nn.Module):
+    """Does not depend on the policy: a gradient of zero, forever."""
+
+    def forward(self, logprobs, advantages, padding_mask):
+        return torch.tensor(1.0)
+
+
+class RaisingLoss(torch.nn.Module):
+    """A shape bug: [B, T] against [T, B]."""
+
+    def forward(self, logprobs, advantages, padding_mask):
+        return (logprobs @ logprobs).sum()
+
+
+def broken_reward(prompt: str, response: str, target: str) -> float:
+    """Raises on every call (a reward that was never run before the job)."""
+    return len(response) + target  # TypeError: int + str

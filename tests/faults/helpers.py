@@ -1,0 +1,124 @@
+"""Running the real `forge-exp` for the fault tests: every process it ever had is watched, a service's process is
+found by the name Monarch gives it (HYPERACTOR_PROCESS_NAME=<mesh>-<rank>), and what MLflow holds is read back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import ROOT
+
+FAST = ["dataset.eval_size=16", "progress=false"]  # the default experiment, with a small held-out set
+
+
+def cli(tmp_path: Path, cache: Path, *args: str, run: str = "run", uri: str | None = None) -> list[str]:
+    return [sys.executable, "-m", "forge_exp.cli", *FAST, *args, f"hydra.run.dir={tmp_path / run}",
+            f"tracking.uri={uri or f'sqlite:///{tmp_path}/mlflow.db'}", f"model.warmstart.cache_dir={cache}"]
+
+
+class Run:
+    """One `forge-exp` process and every descendant it ever had."""
+
+    def __init__(self, cmd: list[str], cwd: Path = ROOT):
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}  # service processes import tests.faults.bad
+        self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.seen: set[int] = set()
+        self.out = self.err = ""
+
+    def children(self) -> list[psutil.Process]:
+        try:
+            kids = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        self.seen |= {k.pid for k in kids}
+        return kids
+
+    def service(self, mesh: str, timeout: float = 300) -> psutil.Process:
+        """The process of proc mesh `mesh` (rank 0), once it exists."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            assert self.proc.poll() is None, self.finish(0)[2][-3000:]
+            for k in self.children():
+                try:
+                    if k.environ().get("HYPERACTOR_PROCESS_NAME", "").startswith(f"{mesh}-0"):
+                        return k
+                except psutil.Error:
+                    continue
+            time.sleep(0.2)
+        raise AssertionError(f"no process for mesh {mesh} within {timeout} s")
+
+    def wait_for(self, path: Path, timeout: float = 300) -> None:
+        deadline = time.time() + timeout
+        while not path.exists():
+            self.children()
+            assert self.proc.poll() is None, f"ended before {path}: " + self.finish(0)[2][-3000:]
+            assert time.time() < deadline, f"no {path} within {timeout} s"
+            time.sleep(0.1)
+
+    def signal(self, signum: int) -> float:
+        self.children()
+        self.proc.send_signal(signum)
+        return time.monotonic()
+
+    def finish(self, timeout: float = 300) -> tuple[int, str, str]:
+        end = time.time() + timeout
+        while self.proc.poll() is None and time.time() < end:
+            self.children()
+            time.sleep(0.2)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        out, err = self.proc.communicate()
+        self.out, self.err = self.out + out, self.err + err
+        return self.proc.returncode, self.out, self.err
+
+    def orphans(self, wait: float = 5.0) -> list[int]:
+        """Descendants still alive `wait` seconds after the run ended."""
+        deadline = time.time() + wait
+        while True:
+            alive = [p for p in self.seen if _alive(p)]
+            if not alive or time.time() > deadline:
+                return alive
+            time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def the_run(uri: str):
+    """(client, the one run of the store)."""
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return client, run
+
+
+def steps(client, run_id: str, key: str = "loss/total") -> list[int]:
+    """Every step logged under key, in order, duplicates kept (a duplicated step shows twice)."""
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+def kill_all(run: Run, signum: int) -> None:
+    """What SLURM does at scancel or a time limit: the signal to every process of the job at once."""
+    for p in [run.proc.pid, *(k.pid for k in run.children())]:
+        try:
+            os.kill(p, signum)
+        except ProcessLookupError:
+            pass
+
+
+__all__ = ["Run", "cli", "kill_all", "last_line", "signal", "steps", "the_run"]

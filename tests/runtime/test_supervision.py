@@ -1,0 +1,132 @@
+"""A service process that dies, an actor that cannot start and an endpoint that raises each end the run with one
+ServiceFailed naming the service, on real Monarch proc meshes; the reports' formats are Monarch 0.7's."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from forge_exp.runtime.layout import MeshPlan
+from forge_exp.runtime.services import Runtime
+from forge_exp.runtime.supervision import ServiceFailed, cause_of, parse_report
+from tests.runtime.supervision_actors import Worker
+
+# what Monarch 0.7 reports (captured from real failures)
+KILLED = ("The actor <root>.<forge_exp.actors.generator.Generator generator{'replicas': 1/2, 'procs': 0/1}> and all "
+          "its descendants have failed:\n  the process this actor was running on failed: Killed(sig=9)")
+LOGGER = ("The actor logger-xPkT1otLNBm{'replicas': 1/2, 'procs': 0/1} and all its descendants have failed:\n"
+          "  the process this actor was running on failed: Killed(sig=9)")
+EXITED = ("The actor <root>.<A trainer{'replicas': 0/1, 'procs': 0/1}> and all its descendants have failed:\n"
+          "  the process this actor was running on exited with non-zero code 3")
+INIT = ("The actor <root>.<A dataset{'replicas': 0/1, 'procs': 0/1}> and all its descendants have failed:\n"
+        "  actor explicitly aborted due to: Traceback (most recent call last):\n"
+        "    File \"<dynamic-code>\", line 10, in __init__\n"
+        "  ValueError: data/train.jsonl row 3: missing key 'answer'\n ")
+
+
+def test_reports_are_read_into_service_point_and_cause():
+    f = parse_report("generator-nRERmNfjBVu", KILLED)
+    assert (f.mesh, f.point, f.cause, f.internal) == ("generator", {"replicas": 1, "procs": 0}, "SIGKILL", False)
+    assert parse_report("logger-xPkT1otLNBm", LOGGER).internal
+    assert parse_report("replay_buffer-AbC123xyz", KILLED).mesh == "replay_buffer"
+    assert cause_of(EXITED) == "exited with code 3"
+    assert cause_of(INIT) == "ValueError: data/train.jsonl row 3: missing key 'answer'"
+    assert cause_of("...failed: Killed(sig=15)") == "SIGTERM"
+
+
+def test_the_line_names_services_replica_and_cause():
+    assert str(ServiceFailed(["generator"], {"replicas": 0, "procs": 0}, "SIGKILL", died=True)) == \
+        "generator (replica 0) died: SIGKILL"
+    assert str(ServiceFailed(["dataset", "reward"], {"replicas": 0}, "SIGKILL", died=True)) == \
+        "dataset, reward (replica 0) died: SIGKILL"
+    assert str(ServiceFailed(["trainer"], {"replicas": 0, "procs": 3}, "SIGKILL", died=True)) == \
+        "trainer (replica 0, proc 3) died: SIGKILL"
+    assert str(ServiceFailed(["trainer"], None, "RuntimeError: boom", endpoint="train_step")) == \
+        "trainer failed in train_step: RuntimeError: boom"
+
+
+def plan(replicas: int = 2) -> dict[str, MeshPlan]:
+    return {"gen": MeshPlan("gen", ["generator"], replicas, 1, 0, 1, devices=[["cpu"]] * replicas)}
+
+
+async def _after_kill(replica: int) -> tuple[ServiceFailed, float]:
+    async with Runtime(plan()) as runtime:
+        svc = runtime.spawn("generator", Worker)
+        pid = await svc.replica(replica).pid.call_one()
+
+        async def work():
+            await svc.replica(0).sleep.call_one(60)  # a call in flight on the other replica too
+
+        task = asyncio.ensure_future(runtime.supervise(work()))
+        await asyncio.sleep(0.5)
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ServiceFailed) as e:
+            await task
+        return e.value, time.monotonic() - t0
+
+
+def test_a_killed_process_fails_the_run_naming_service_and_replica():
+    failure, seconds = asyncio.run(_after_kill(replica=1))
+    assert str(failure) == "generator (replica 1) died: SIGKILL"
+    assert seconds < 10, seconds  # Monarch polls every 2 s here (runtime/supervision.py)
+
+
+def test_an_actor_that_cannot_start_and_an_endpoint_that_raises():
+    async def init_fails():
+        async with Runtime(plan(1)) as runtime:
+            svc = runtime.spawn("generator", Worker, "data.jsonl row 7: missing key 'answer'")
+            await runtime.supervise(svc.replica(0).pid.call_one())
+
+    with pytest.raises(ServiceFailed, match=r"^generator \(replica 0\) failed: ValueError: data\.jsonl row 7: "
+                                            r"missing key 'answer'$"):
+        asyncio.run(init_fails())
+
+    async def endpoint_raises():
+        async with Runtime(plan(1)) as runtime:
+            svc = runtime.spawn("generator", Worker)
+            await runtime.supervise(svc.replica(0).boom.call_one())
+
+    with pytest.raises(ServiceFailed, match=r"^generator failed in boom: KeyError: \"row 7 has no 'answer'\"$"):
+        asyncio.run(endpoint_raises())
+
+
+def test_service_processes_leave_stop_signals_to_the_controller():
+    """SLURM signals every process of a job: a service ignores SIGTERM/SIGUSR2/SIGINT and keeps serving."""
+
+    async def run():
+        async with Runtime(plan(1)) as runtime:
+            svc = runtime.spawn("generator", Worker)
+            pid = await svc.replica(0).pid.call_one()
+            for s in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
+                os.kill(pid, s)
+            await asyncio.sleep(1.0)
+            return await runtime.supervise(svc.replica(0).stop_signals.call_one())
+
+    assert asyncio.run(run()) == [str(signal.SIG_IGN)] * 3
+
+
+def test_monarch_is_configured_before_the_first_mesh():
+    """Dead processes are looked for every 2 s, and a mesh admin server would listen on loopback only."""
+    from monarch.config import get_global_config
+
+    Runtime(plan(1))
+    assert os.environ["HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY"] == "2s"
+    assert get_global_config()["mesh_admin_addr"] == "127.0.0.1:1729"
+
+
+def test_a_process_shared_by_services_names_them_all():
+    async def run():
+        host = {"host": MeshPlan("host", ["reward", "dataset"], 1, 1, 0, 1, devices=[["cpu"]])}
+        async with Runtime(host) as runtime:
+            reward = runtime.spawn("reward", Worker)
+            runtime.spawn("dataset", Worker)
+            os.kill(await reward.replica(0).pid.call_one(), signal.SIGKILL)
+            await runtime.supervise(asyncio.sleep(60))
+
+    with pytest.raises(ServiceFailed, match=r"^dataset, reward \(replica 0\) died: SIGKILL$"):
+        asyncio.run(run())

@@ -112,6 +112,19 @@ def steps(client, run_id: str, key: str = "loss/total") -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run_id, key))
 
 
+def resume_to_the_end(cmd: list[str], uri: str, total: int):
+    """`cmd resume=true` finishes the run: FINISHED, every step 1..total logged once, nothing left behind."""
+    again = Run([*cmd, "resume=true"])
+    rc, _, err = again.finish(300)
+    assert rc == 0, err[-3000:]
+    client, r = the_run(uri)
+    assert r.info.status == "FINISHED"
+    for key in ("loss/total", "reward/mean", "train/version"):
+        assert steps(client, r.info.run_id, key) == list(range(1, total + 1)), key
+    assert again.orphans() == []
+    return client, r
+
+
 def kill_all(run: Run, signum: int) -> None:
     """What SLURM does at scancel or a time limit: the signal to every process of the job at once."""
     for p in [run.proc.pid, *(k.pid for k in run.children())]:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.faults.helpers import Run, cli, last_line, steps, the_run
+from tests.faults.helpers import Run, cli, last_line, resume_to_the_end, steps, the_run
 
 PREFIX = "forge-exp: error: "
 
@@ -45,11 +45,4 @@ def test_a_killed_service_fails_the_run_with_its_name(tmp_path, warmstart_cache,
     assert logged[-1] >= 2 and logged == list(range(1, logged[-1] + 1))
     if mesh != "generator":
         return
-    again = Run([*cmd, "resume=true"])
-    rc, _, err = again.finish(300)
-    assert rc == 0, err[-3000:]
-    client, r = the_run(f"sqlite:///{tmp_path}/mlflow.db")
-    assert r.info.status == "FINISHED"
-    for key in ("loss/total", "reward/mean", "train/version"):
-        assert steps(client, r.info.run_id, key) == list(range(1, 17)), key
-    assert again.orphans() == []
+    resume_to_the_end(cmd, f"sqlite:///{tmp_path}/mlflow.db", 16)

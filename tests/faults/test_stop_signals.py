@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from tests.faults.helpers import Run, cli, kill_all, last_line, steps, the_run
+from tests.faults.helpers import Run, cli, kill_all, last_line, resume_to_the_end, steps, the_run
 
 STOPPED = (r"forge-exp: stopped by {sig}{pre} after step (\d+); checkpoint (\S+) \(continue it with resume=true in "
            r"the same run dir\)")
@@ -43,13 +43,7 @@ def test_sigterm_checkpoints_the_step_boundary_and_resume_finishes_the_run(tmp_p
     assert r.info.status == "KILLED" and r.data.tags["forge_exp.stop"].startswith("stopped by SIGTERM")
     assert steps(client, r.info.run_id) == list(range(1, step + 1))  # everything up to the stop, once
 
-    again = Run([*cmd, "resume=true"])
-    rc, _, err = again.finish(300)
-    assert rc == 0, err[-3000:]
-    client, r = the_run(f"sqlite:///{tmp_path}/mlflow.db")
-    assert r.info.status == "FINISHED"
-    for key in ("loss/total", "reward/mean", "train/version"):
-        assert steps(client, r.info.run_id, key) == list(range(1, 21)), key
+    client, r = resume_to_the_end(cmd, f"sqlite:///{tmp_path}/mlflow.db", 20)
     assert [m.value for m in sorted(client.get_metric_history(r.info.run_id, "train/version"),
                                     key=lambda m: m.step)] == [float(s) for s in range(1, 21)]
 

@@ -133,6 +133,7 @@ def write_gsm8k_jsonl(directory: Path, train: int = 24, test: int = 8, digits: b
 def real_overrides(family: str, path: Path, data: list[str]) -> list[str]:
     return [f"model={FAMILIES[family][0]}", f"model.path={path}", *data,
             "dataset.target_format=gsm8k", "dataset.max_new_tokens=12", "reward=math", "services=cpu",
+            "dataset.max_prompt_tokens=256",  # prompt + response within the stand-in checkpoint's 512 positions
             "algorithm.beta=0.04", "algorithm.group_size=4", "algorithm.prompts_per_step=2", "algorithm.lr=1e-3"]
 
 

@@ -16,6 +16,7 @@ def test_children_left_running_are_marked_killed_by_the_parent(tmp_path):
         pass
     lost = Tracker(uri, "exp", parent_run_id=parent.run_id)  # its process died without closing it
     other = Tracker(uri, "exp")  # not a child of this sweep: left alone
+    _ = lost.run_id, other.run_id  # the trackers open their runs on their own threads: wait until they are there
     state = {"experiment_id": parent.experiment_id, "parent_run_id": parent.run_id}
     client = MlflowClient(uri)
     assert reconcile_children(client, state) == [lost.run_id]

@@ -1,25 +1,15 @@
-"""A trainer with two extra endpoints, so a test can move its weights and ask what they say greedily. (A module of
-its own: Monarch's actor processes import it by name.)"""
+"""A trainer a test can move (ProbeTrainer's perturb) and ask what its weights say greedily. (A module of its own:
+Monarch's actor processes import it by name.)"""
 
 from __future__ import annotations
 
-import torch
 from monarch.actor import endpoint
 
-from forge_exp.actors.trainer import Trainer
 from forge_exp.models.generate import generate
+from tests.runtime.weight_sync_actors import ProbeTrainer
 
 
-class GreedyTrainer(Trainer):
-    @endpoint
-    async def perturb(self, scale: float) -> int:
-        """Stands in for a training step: every weight moves, the version goes up by one."""
-        with torch.no_grad():
-            for p in self.engine.model.parameters():
-                p.add_(torch.randn_like(p) * scale)
-        self.version += 1
-        return self.version
-
+class GreedyTrainer(ProbeTrainer):  # perturb(scale): every weight moves, the version goes up by one
     @endpoint
     async def greedy(self, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
         tok = self.engine.tokenizer

@@ -41,17 +41,25 @@ def _call_from_json(obj: object, args_keys: tuple[str, ...], index: int) -> Tool
     return ToolCall(name=name, arguments=args, id=f"call_{index}")
 
 
-def parse_qwen3(text: str) -> AssistantMessage:
+def _json_calls(parts, args_keys: tuple[str, ...], text: str) -> list[ToolCall] | AssistantMessage:
+    """One call per JSON object in `parts`; the first bad one makes the whole message malformed."""
     calls: list[ToolCall] = []
-    for i, m in enumerate(_QWEN_CALL.finditer(text)):
+    for i, part in enumerate(parts):
         try:
-            obj = json.loads(m.group(1))
+            obj = json.loads(part)
         except json.JSONDecodeError:
             return AssistantMessage(content=text, malformed="tool call is not valid JSON", raw=text)
-        call = _call_from_json(obj, ("arguments", "parameters"), i)
+        call = _call_from_json(obj, args_keys, i)
         if isinstance(call, str):
             return AssistantMessage(content=text, malformed=call, raw=text)
         calls.append(call)
+    return calls
+
+
+def parse_qwen3(text: str) -> AssistantMessage:
+    calls = _json_calls((m.group(1) for m in _QWEN_CALL.finditer(text)), ("arguments", "parameters"), text)
+    if isinstance(calls, AssistantMessage):
+        return calls
     rest = _QWEN_CALL.sub("", text)
     if "<tool_call>" in rest or "</tool_call>" in rest:
         return AssistantMessage(content=text, malformed="unclosed <tool_call>", raw=text)
@@ -67,31 +75,25 @@ def parse_llama3(text: str) -> AssistantMessage:
         body = body[len(PYTHON_TAG):].strip()
         if body.startswith("{"):
             return _llama_json(body, text)
-        calls = _python_calls(body)
-        if isinstance(calls, str):
-            return AssistantMessage(content=text, malformed=calls, raw=text)
-        return AssistantMessage(content="", tool_calls=calls, raw=text)
+        return _llama_python(body, text)
     if body.startswith("{"):
         return _llama_json(body, text)
     if re.match(r"\[\s*[A-Za-z_][\w.]*\s*\(", body):  # Llama 3.2 pythonic list
-        calls = _python_calls(body)
-        if isinstance(calls, str):
-            return AssistantMessage(content=text, malformed=calls, raw=text)
-        return AssistantMessage(content="", tool_calls=calls, raw=text)
+        return _llama_python(body, text)
     return AssistantMessage(content=body, raw=text)
 
 
 def _llama_json(body: str, text: str) -> AssistantMessage:
-    calls = []
-    for i, part in enumerate(p for p in body.split(";") if p.strip()):
-        try:
-            obj = json.loads(part)
-        except json.JSONDecodeError:
-            return AssistantMessage(content=text, malformed="tool call is not valid JSON", raw=text)
-        call = _call_from_json(obj, ("parameters", "arguments"), i)
-        if isinstance(call, str):
-            return AssistantMessage(content=text, malformed=call, raw=text)
-        calls.append(call)
+    calls = _json_calls((p for p in body.split(";") if p.strip()), ("parameters", "arguments"), text)
+    if isinstance(calls, AssistantMessage):
+        return calls
+    return AssistantMessage(content="", tool_calls=calls, raw=text)
+
+
+def _llama_python(body: str, text: str) -> AssistantMessage:
+    calls = _python_calls(body)
+    if isinstance(calls, str):
+        return AssistantMessage(content=text, malformed=calls, raw=text)
     return AssistantMessage(content="", tool_calls=calls, raw=text)
 
 

@@ -188,10 +188,16 @@ def checks(device: str) -> dict:
         a = [mod.attention(q[0], *caches[0], slot, lens, None, d**-0.5) for mod in (ops, triton_ops)]
         gu = r(n, 2 * 6144)
         s = [mod.silu_mul(gu) for mod in (ops, triton_ops)]
+        logits, keys = r(n, 151936) * 3, torch.arange(n, device=device) * 7919
+        temp = torch.rand(n, generator=g, device=device).masked_fill(torch.arange(n, device=device) % 5 == 0, 0.0)
+        drawn = [mod.sample(logits, temp, torch.ones(n, device=device), keys, torch.full((n,), 3, device=device),
+                            False) for mod in (ops, triton_ops)]
         out[str(dtype)] = {"add_rms_norm": rel(y[1][0], y[0][0]), "residual": rel(y[1][1], y[0][1]),
                            "qk_rope": rel(q[1], q[0]), "k_cache": rel(written[1][0], written[0][0]),
                            "v_cache": rel(written[1][1], written[0][1]), "attention": rel(a[1], a[0]),
-                           "silu_mul": rel(s[1], s[0])}
+                           "silu_mul": rel(s[1], s[0]),
+                           "sample_tokens_differing": int((drawn[1][0] != drawn[0][0]).sum()),
+                           "sample_logprob_max_diff": float((drawn[1][1] - drawn[0][1]).abs().max())}
     model = qwen3(vocab_size=512, hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4, head_dim=32,
                   intermediate_size=512, max_position_embeddings=256, pad_id=0, bos_id=1, eos_id=2, seed=0)
     with torch.no_grad():  # large weights: peaked next-token distributions, so float noise cannot flip a draw
@@ -245,6 +251,93 @@ def profile_native(model, prompts, new: int, top: int = 15) -> dict:
                             for e in kernels[:top]]}
 
 
+def _device_ms(fn, reps: int = 30) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+ATTENTION_KNOBS = ("SPLIT", "BLOCK_N", "ATTN_WARPS", "ATTN_STAGES")
+SAMPLE_KNOBS = ("SAMPLE_BLOCK", "SAMPLE_WARPS")
+
+
+def sweep(model, bandwidth: float, batch: int = 256, prompt: int = 128, new: int = 256) -> dict:
+    """The decode kernels' launch settings at one shape: one layer's split-KV attention over caches whose rows sit
+    at random live lengths in [prompt, prompt + new] (bytes: each row's live K and V once), and the sampler (torch
+    ops against the fused kernel) over [batch, vocab] logits; then the engine end to end with the fastest settings."""
+    from forge_exp.generators import ops, triton_ops
+    from forge_exp.models.sampling import row_key
+
+    dev, g = "cuda", torch.Generator(device="cuda").manual_seed(0)
+    cfg = model.config
+    hq, hkv, d, length = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, prompt + new
+    q = torch.randn(batch, hq, d, generator=g, device=dev, dtype=torch.bfloat16)
+    kc, vc = (torch.randn(batch + 1, hkv, length, d, generator=g, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    slots = torch.arange(batch, device=dev)
+    lens = torch.randint(prompt, length + 1, (batch,), generator=g, device=dev)
+    live_bytes = int(lens.sum()) * hkv * d * 2 * 2
+    default = {k: getattr(triton_ops, k) for k in ATTENTION_KNOBS + SAMPLE_KNOBS}
+    want = ops.attention(q, kc, vc, slots, lens, None, d**-0.5)
+    rows = []
+    for split in (64, 128, 256):
+        for block in (32, 64, 128):
+            for warps in (2, 4, 8):
+                for stages in (1, 2, 3):
+                    if block > split:
+                        continue
+                    knobs = dict(zip(ATTENTION_KNOBS, (split, block, warps, stages)))
+                    for k, v in knobs.items():
+                        setattr(triton_ops, k, v)
+                    try:
+                        got = triton_ops.attention(q, kc, vc, slots, lens, None, d**-0.5)
+                        err = float((got.float() - want.float()).norm() / want.float().norm())
+                        ms = _device_ms(lambda: triton_ops.attention(q, kc, vc, slots, lens, None, d**-0.5))
+                        rows.append({**knobs, "ms": ms, "of_bandwidth": live_bytes / (ms / 1e3) / bandwidth,
+                                     "rel_err": err})
+                    except Exception as error:  # a setting the compiler refuses (shared memory) is skipped
+                        rows.append({**knobs, "status": f"failed: {type(error).__name__}"[:200]})
+    for k in ATTENTION_KNOBS:
+        setattr(triton_ops, k, default[k])
+    attention = sorted([r for r in rows if "ms" in r], key=lambda r: r["ms"])
+    vocab = cfg.vocab_size
+    logits = (torch.randn(batch, vocab, generator=g, device=dev) * 3).to(torch.bfloat16)
+    temp, top_p = torch.ones(batch, device=dev), torch.ones(batch, device=dev)
+    keys = torch.tensor([row_key(0, r) for r in range(batch)], device=dev)
+    steps = torch.zeros(batch, dtype=torch.long, device=dev)
+    ref = ops.sample(logits, temp, top_p, keys, steps, False)
+    samplers = [{"sampler": "torch ops", "ms": _device_ms(lambda: ops.sample(logits, temp, top_p, keys, steps, False))}]
+    for block in (1024, 2048, 4096, 8192):
+        for warps in (4, 8, 16):
+            triton_ops.SAMPLE_BLOCK, triton_ops.SAMPLE_WARPS = block, warps
+            tok, lp = triton_ops.sample(logits, temp, top_p, keys, steps, False)
+            samplers.append({"sampler": "fused", "SAMPLE_BLOCK": block, "SAMPLE_WARPS": warps,
+                             "ms": _device_ms(lambda: triton_ops.sample(logits, temp, top_p, keys, steps, False)),
+                             "tokens_differing": int((tok != ref[0]).sum()),
+                             "max_logprob_diff": float((lp - ref[1]).abs().max())})
+    fused = sorted([r for r in samplers if r["sampler"] == "fused"], key=lambda r: r["ms"])
+    g_prompts = torch.Generator().manual_seed(batch)
+    prompts = torch.randint(3, vocab, (batch, prompt), generator=g_prompts).tolist()
+    engine_runs = []
+    for label, knobs in (("default", default), ("fastest", {**{k: attention[0][k] for k in ATTENTION_KNOBS},
+                                                            **{k: fused[0][k] for k in SAMPLE_KNOBS}})):
+        for k, v in knobs.items():
+            setattr(triton_ops, k, v)
+        run = run_native(model, prompts, new)
+        engine_runs.append({"settings": label, **knobs, **run, "tokens_per_s": run["tokens"] / run["seconds"]})
+        print(json.dumps(engine_runs[-1]), flush=True)
+    for k, v in default.items():
+        setattr(triton_ops, k, v)
+    return {"shape": f"{batch}x{prompt}->{new}", "live_kv_bytes_per_layer": live_bytes,
+            "attention": attention[:12] + [r for r in rows if "ms" not in r], "attention_configs": len(rows),
+            "samplers": samplers, "engine": engine_runs}
+
+
 def gpu(args) -> dict:
     device = "cuda"
     t_start = time.perf_counter()
@@ -267,6 +360,10 @@ def gpu(args) -> dict:
         print("checks", json.dumps(result["checks"]), flush=True)
     model = qwen3_1_7b(device)
     result["model"] = {"parameters": sum(p.numel() for p in model.parameters()), "dtype": "bfloat16"}
+    if args.sweep:
+        result["sweep"] = sweep(model, bandwidth)
+        result["runs"] = []
+        return result
     runs = []
     engines = args.engines.split(",")
     for batch, prompt, new in SHAPES:
@@ -357,6 +454,7 @@ def main() -> None:
     parser.add_argument("--engines", default="native,native_sync64,hf_eager,hf_compile,vllm")
     parser.add_argument("--deadline-s", type=float, default=480.0, help="skip engines that would not fit")
     parser.add_argument("--skip-checks", action="store_true")
+    parser.add_argument("--sweep", action="store_true", help="the decode kernels' launch settings, then stop")
     parser.add_argument("--cpu-tiny", action="store_true")
     parser.add_argument("--baseline-rev", default=None)
     parser.add_argument("--repeats", type=int, default=15)

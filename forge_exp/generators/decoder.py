@@ -104,7 +104,7 @@ class StaticDecoder:
         self.cos, self.sin = cos[0].contiguous(), sin[0].contiguous()  # [max_len, D]
 
     def prefill(self, prompts: list[list[int]], slots: torch.Tensor) -> torch.Tensor:
-        """Write the K/V of every prompt into its slot [n] and return the logits [n, V] float32 after its last token.
+        """Write the K/V of every prompt into its slot [n]; return the logits [n, V] (model dtype) after each last token.
 
         Triton kernels take the prompts packed (no padding; each token attends to its slot's cache up to itself);
         the torch ops take them right-padded to the longest, with one causal SDPA per layer (padding sits after the
@@ -147,7 +147,7 @@ class StaticDecoder:
         kv_len: int | None = None,  # host bound on max(positions) + 1, or None (the whole cache; CUDA graphs)
         first_slot: int | None = None,  # set when slots == first_slot + arange(B): the cache is read as a view
     ) -> torch.Tensor:
-        """One decode step of B rows: logits [B, V] float32."""
+        """One decode step of B rows: logits [B, V] in the model dtype."""
         if first_slot is not None and self.kernels.SLOT_WINDOW:
             window = slice(first_slot, first_slot + len(tokens))
             attend = lambda q, kc, vc: self.kernels.attention(q, kc[window], vc[window], None, positions + 1,
@@ -175,4 +175,4 @@ class StaticDecoder:
         if last is not None:
             x, residual = x[last], residual[last]
         h, _ = k.add_rms_norm(x, residual, self.norm, self.eps)
-        return F.linear(h, self.lm_head).float()
+        return F.linear(h, self.lm_head)  # the sampler reads them as float32 (ops.sample)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from forge_exp.models import sampling
+
 PACKED_PREFILL = False  # prefill takes prompts right-padded: one causal SDPA per layer (see decoder.prefill)
 SLOT_WINDOW = True  # attention also takes a view of consecutive slots (slots=None), which saves a gather per layer
 
@@ -104,3 +106,8 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for gate_up [N, 2 I] = [gate | up]: [N, I]."""
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def sample(logits, temperature, top_p, keys, steps, truncate):
+    """models/sampling.sample over logits [B, V] in the model's dtype: upcast to float32 first (exact)."""
+    return sampling.sample(logits.float(), temperature, top_p, keys, steps, truncate)

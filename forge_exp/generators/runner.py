@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import torch
 
 from forge_exp.generators.decoder import StaticDecoder
-from forge_exp.models.sampling import sample
 
 
 @dataclass
@@ -69,7 +68,7 @@ class DecodeRunner:
     def _record(self, logits: torch.Tensor, idx: torch.Tensor, truncate: bool) -> None:
         """Draw the next token of rows `idx` [B] from logits [B, V] and advance the live ones (device only)."""
         step, live = self.step[idx], ~self.done[idx]
-        new, lp = sample(logits, self.temp[idx], self.top_p[idx], self.key[idx], step, truncate)
+        new, lp = self.decoder.kernels.sample(logits, self.temp[idx], self.top_p[idx], self.key[idx], step, truncate)
         col = step.clamp(max=self.max_len - 1)
         self.out_tok[idx, col] = torch.where(live, new, self.out_tok[idx, col])
         self.out_lp[idx, col] = torch.where(live, lp, self.out_lp[idx, col])

@@ -87,3 +87,24 @@ def test_attention_reads_each_rows_live_prefix(g):
 def test_silu_mul(g):
     gu = randn(g, 3, 2 * 1500)  # two blocks of 1024, the second partial
     assert rel(triton_ops.silu_mul(gu), ops.silu_mul(gu)) < 1e-6
+
+
+@kernel_test
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sample_draws_the_torch_samplers_tokens(g, dtype):
+    from forge_exp.models.sampling import row_key
+
+    b, v = 6, triton_ops.SAMPLE_BLOCK + 1000  # two blocks, the second partial
+    logits = (randn(g, b, v) * 4).to(dtype)
+    logits[1, 7:] = float("-inf")  # all the mass in the first columns: the draw must not land past them
+    logits[4, v - 1] = 50.0  # the largest logit in the last, partial block
+    temp = torch.tensor([1.0, 1.0, 0.0, 0.7, 0.0, 1.3], device=DEVICE)
+    keys = torch.tensor([row_key(3, r) for r in range(b)], device=DEVICE)
+    ones = torch.ones(b, device=DEVICE)
+    for step in range(4):
+        steps = torch.full((b,), step, device=DEVICE)
+        tok, lp = triton_ops.sample(logits, temp, ones, keys, steps, False)
+        tok0, lp0 = ops.sample(logits, temp, ones, keys, steps, False)
+        assert torch.equal(tok, tok0)
+        assert (lp - lp0).abs().max() < 1e-5
+    assert tok[1] < 7 and tok[4] == v - 1 and tok[2] == logits[2].float().argmax()

@@ -42,7 +42,10 @@ class HFTrainer:
         spec = model.loading(init_path)
         net = spec.build(device, dtype="float32")
         self.tokenizer = spec.tokenizer()
-        self.optimizer = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99))
+        # fused: one kernel over every parameter instead of ~10 ops per tensor (the same update; ~1 ms of a tiny
+        # model's ~60 ms step on one CPU thread)
+        self.optimizer = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99),
+                                           fused=device.type in ("cpu", "cuda"))
         if resume_step:
             state = torch.load(f"{init_path}/{OPTIMIZER}", map_location=device, weights_only=True)
             self.optimizer.load_state_dict(state)

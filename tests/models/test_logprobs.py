@@ -51,3 +51,28 @@ def test_differentiable():
     logprobs.sum().backward()
     assert model.model.embed_tokens.weight.grad is not None
     assert model.model.embed_tokens.weight.grad.abs().sum() > 0
+
+
+def test_unpadded_prompts_take_the_causal_path_and_match_the_masked_one():
+    """Prompts of one length (no left padding) run without an attention mask: the same logprobs and entropies as
+    the masked forward, and as each row alone in float64."""
+    model = peaky_model(seed=3).double()
+    prompts = encode(["12+34=", "56+78=", "90+11="])
+    responses = [[5, 7, 1], [9], [6, 6, 6, 6, 1]]
+    prompt_ids, prompt_mask = left_pad(prompts, 0)
+    assert prompt_mask.all()
+    response_ids, response_mask = right_pad(responses, 0)
+    causal = sequence_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, 0.9)
+    # a response mask with a hole is not a prefix: the masked path, which must agree on the real tokens
+    holed = response_mask.clone()
+    holed[2, 4] = False
+    masked = sequence_logprobs(model, prompt_ids, prompt_mask, response_ids, holed, 0.9)
+    keep = holed & response_mask
+    for a, b in zip(causal, masked):
+        assert torch.allclose(a[keep], b[keep], atol=1e-6, rtol=0)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p + r])).logits[0, len(p) - 1 : len(p) + len(r) - 1] / 0.9
+        ref = torch.log_softmax(logits, -1)
+        assert torch.allclose(causal[0][i, : len(r)].double(), ref[torch.arange(len(r)), r], atol=1e-5, rtol=0)
+        assert torch.allclose(causal[1][i, : len(r)].double(), -(ref.exp() * ref).sum(-1), atol=1e-5, rtol=0)

@@ -1,6 +1,6 @@
 """Weight sync trainer → generator through real Monarch processes: the process-local copy (trainer and generator in
-one process), the message path (separate CPU processes) and, where CUDA exists, CUDA IPC (separate processes on
-GPUs). Each checks that the generator ends up with the trainer's exact weights, stamps its completions with the
+one process), shared memory (separate CPU processes) and, where CUDA exists, CUDA IPC (separate processes on
+GPUs); the message path (another host) in one process. Each checks that the generator ends up with the trainer's exact weights, stamps its completions with the
 version it loaded, and loads a new version only before its next batch."""
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def test_colocated_generator_copies_from_the_trainer_in_its_process():
 
 
 @pytest.mark.slow
-def test_separate_cpu_processes_use_the_message_path():
-    check(asyncio.run(sync_round_trip(plans("cpu", "cpu", colocated=False))), "message")
+def test_separate_cpu_processes_use_shared_memory():
+    check(asyncio.run(sync_round_trip(plans("cpu", "cpu", colocated=False))), "shm")
 
 
 @pytest.mark.slow
@@ -148,12 +148,60 @@ def test_receiver_asks_for_the_state_when_it_cannot_reach_the_trainer():
     trainer, generator = tiny(0), tiny(1)
     publisher, receiver = WeightPublisher(trainer), WeightReceiver(generator, torch.device("cpu"))
     ref = publisher.publish(3)
-    ref.pid = -1  # as if from another process
+    ref.pid, ref.host = -1, "another-host"  # as if from a process on another host
     assert receiver.receive(ref) == "state?"
     assert not publisher.update(["state?"])
     ref = publisher.publish(3)
-    ref.pid = -1
+    ref.pid, ref.host = -1, "another-host"
     assert receiver.receive(ref) == "message"
+    receiver.load()
+    assert all(torch.equal(a, b) for a, b in zip(trainer.parameters(), generator.parameters()))
+
+
+def test_shared_memory_snapshot_is_private_until_the_next_push():
+    """Another process on this host (faked by the pid): the generator asks for the shared buffer, copies each version
+    out of it, and what it loads is the version it received even after the trainer moved on."""
+    trainer, generator = tiny(0), tiny(1)
+    publisher, receiver = WeightPublisher(trainer), WeightReceiver(generator, torch.device("cpu"))
+
+    def push(version):
+        replies = []
+        for _ in range(2):
+            ref = publisher.publish(version)
+            ref.pid = -1  # not this process: no process-local copy
+            replies = [receiver.receive(ref)]
+            if publisher.update(replies):
+                return replies, ref
+        raise AssertionError(replies)
+
+    assert push(1)[0] == ["shm"] and publisher.offer_shm and not publisher.send_state
+    v1 = [p.detach().clone() for p in trainer.parameters()]
+    with torch.no_grad():
+        for p in trainer.parameters():
+            p.add_(0.5)  # the next version, written into the shared buffer by the next publish
+    _, ref = push(2)
+    assert ref.state is None  # nothing heavy in the message
+    v2 = [p.detach().clone() for p in trainer.parameters()]
+    with torch.no_grad():
+        for p in trainer.parameters():
+            p.add_(0.5)
+    publisher.publish(3)  # version 3 in the shared buffer; the generator took 2 and has not loaded it yet
+    receiver.load()
+    assert all(torch.equal(g, b) for g, b in zip(generator.parameters(), v2))
+    assert not any(torch.equal(g, a) for g, a in zip(generator.parameters(), v1))
+
+
+def test_unreadable_shared_memory_falls_back_to_the_state():
+    trainer, generator = tiny(0), tiny(1)
+    publisher, receiver = WeightPublisher(trainer), WeightReceiver(generator, torch.device("cpu"))
+    publisher.offer_shm = True
+    ref = publisher.publish(1)
+    ref.pid, ref.shm = -1, (2**22 + 1, 3, ref.shm[2])  # no such process
+    assert receiver.receive(ref) == "state?"
+    assert publisher.update(["state?"]) is False and publisher.send_state
+    ref = publisher.publish(1)
+    ref.pid = -1
+    assert receiver.receive(ref) == "message"  # the shared buffer is not tried again
     receiver.load()
     assert all(torch.equal(a, b) for a, b in zip(trainer.parameters(), generator.parameters()))
 

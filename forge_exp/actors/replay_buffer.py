@@ -22,6 +22,10 @@ class ReplayBufferService(Actor):
         return self.buffer.sample(n, policy_version)
 
     @endpoint
+    async def unsample(self) -> int:
+        return self.buffer.unsample()
+
+    @endpoint
     async def state(self) -> dict:
         """The episodes waiting and the sampling RNG, for a checkpoint (rl/replay.py)."""
         return self.buffer.state_dict()

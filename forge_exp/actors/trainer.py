@@ -48,11 +48,16 @@ class Trainer(Actor):
         self.version = resume_step
 
     @endpoint
-    async def train_step(self, batch: TrainBatch) -> dict[str, float]:
+    async def train_step(self, batch: TrainBatch, publish_to=None) -> dict[str, float]:
+        """One optimizer step: version v → v+1. With `publish_to` (the generator mesh) v+1 is then pushed as
+        push_weights does, in the same call: the loop's step is one round trip, and sync/seconds says how long the
+        push took."""
         a = self.algorithm
         metrics = self.engine.train_step(batch, grad_accum=a.grad_accum, max_grad_norm=a.max_grad_norm,
                                          temperature=a.temperature, mask_truncated=a.overlong_filter)
         self.version += 1
+        if publish_to is not None:
+            metrics["sync/seconds"] = await self._publish(publish_to)
         return {**metrics, "train/version": self.version}
 
     @endpoint
@@ -68,9 +73,12 @@ class Trainer(Actor):
     async def push_weights(self, generators) -> float:
         """Publish the current weights (version self.version) to every generator replica and wait until each holds
         a snapshot; returns seconds taken. runtime/weight_sync.py picks the path: a process-local copy, CUDA IPC,
-        or CPU tensors in the message."""
+        shared CPU memory, or CPU tensors in the message."""
+        return await self._publish(generators)
+
+    async def _publish(self, generators) -> float:
         t0 = time.perf_counter()
-        if getattr(self, "_publisher", None) is None:  # made on the first push: it holds the shared GPU buffer
+        if getattr(self, "_publisher", None) is None:  # made on the first push: it holds the shared buffer
             self._publisher = publisher_of(self.engine)
         self._publisher.capture()  # a sharded engine: every rank takes part in gathering the full weights
         if self.engine.rank == 0:

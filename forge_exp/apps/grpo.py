@@ -44,6 +44,7 @@ from forge_exp.tracking.mlflow import Tracker
 
 log = logging.getLogger(__name__)
 STALL_STEPS = 10  # steps in a row with no group of mixed rewards before the run says it is learning nothing
+STOP_POLL_S = 0.05  # how often a training side waiting for a batch looks at the stop signal
 
 
 @dataclass
@@ -58,12 +59,31 @@ class Handles:
     warm_start: dict[str, float]  # metrics of the warm start run by this experiment ({} when cached or none)
 
 
+class Changed:
+    """Wakes whoever waits when rollouts and training have news for each other (a version published, a batch in the
+    buffer, the end), instead of either polling."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()  # later waiters wait for the next change
+
+    async def wait(self, timeout: float | None = None) -> None:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except TimeoutError:
+            pass
+
+
 @dataclass
 class LoopState:
     """What rollouts and training share. `published` is the newest weight version every generator has."""
 
     published: int = 0
     episodes_added: int = 0
+    changed: Changed = field(default_factory=Changed)  # notified on every change of published / episodes_added
     done: bool = False
     rollout_metrics: deque[dict[str, float]] = field(default_factory=deque)  # one entry per batch, oldest first
     samples: list[dict[str, Any]] = field(default_factory=list)
@@ -79,13 +99,20 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
         init_path = str(warm_start_dir(cfg))
         cached = (warm_start_dir(cfg) / "config.json").exists()
     trainer = await spawn_trainer(cfg, runtime, init_path if cached else None, resume.step if resume else 0)
+
+    def spawn_generator() -> Service:
+        return runtime.spawn("generator", Generator, cfg.generator, cfg.model, init_path, cfg.seed,
+                             generator_sizes(cfg))
+
+    # The generator starts with the trainer when its weights exist already, so the two processes build at once;
+    # a warm start still to be trained gives it its weights first.
+    generator = spawn_generator() if cached or not init_path else None
     scorers = spawn_scorers(cfg, runtime)  # reward workers, or environment workers for a multi-turn env
     if init_path and not cached:
         warm = await warm_start(cfg, trainer, dataset, scorers.get("env"))
     elif cached and not resume and wants_warm_start(cfg):  # RL then reads the prompts after the warm start's,
         await skip_warm_start(cfg, dataset)  # as it does after a fresh one: a cache hit changes nothing downstream
-    generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, init_path, cfg.seed,
-                              generator_sizes(cfg))
+    generator = generator or spawn_generator()
     s = Samplers(generator, **scorers, in_flight=cfg.services.generator.in_flight)
     buffer = runtime.spawn("replay_buffer", ReplayBufferService, cfg.algorithm.max_policy_age, cfg.seed)
     ref_model = None
@@ -106,7 +133,7 @@ async def rollouts(cfg, h: Handles, state: LoopState) -> None:
     batch_episodes = a.prompts_per_step * a.group_size
     while not state.done:
         if state.episodes_added // batch_episodes - state.published > a.max_policy_age:
-            await asyncio.sleep(0.002)
+            await state.changed.wait()  # for the next version
             continue
         await state.quiesce.begin()
         batch = state.episodes_added // batch_episodes  # its draws are seeded by (run seed, batch, call)
@@ -134,6 +161,7 @@ async def rollouts(cfg, h: Handles, state: LoopState) -> None:
                 e.ref_logprobs = row[: len(e.completion.token_ids)].tolist()
         await h.buffer.route().add.call_one(episodes)
         state.episodes_added += len(episodes)
+        state.changed.notify()
         generated["generator/tokens_per_s"] = generated["generator/tokens"] / max(generated["generator/seconds"], 1e-9)
         state.rollout_metrics.append(
             {
@@ -169,6 +197,7 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
         state.rollout_metrics.extend(resume.loop["rollout_metrics"])
         state.samples = resume.loop["samples"]
     rollout_task = asyncio.create_task(rollouts(cfg, h, state))
+    rollout_task.add_done_callback(lambda _: state.changed.notify())  # a failure wakes the training side
     bar = tqdm(total=cfg.steps, initial=first - 1, desc="grpo", disable=not cfg.progress, dynamic_ncols=True)
     stalled = 0  # steps in a row on which every group's rewards were all equal (zero advantage: no gradient)
     rewards_ok = RewardWatch(cfg.reward.max_failure_rate, cfg.reward.failure_steps)
@@ -188,31 +217,50 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
         return Stopped(STOP.requested, step, str(step_dir(cfg.checkpoint.dir, step)) if done else None,
                        "checkpoint.every=0" if not cfg.checkpoint.every else "no step had finished")
 
+    async def take(step: int) -> list | None:  # the episodes step `step` trains on, once there; None: a stop signal
+        n = a.prompts_per_step * a.group_size
+        while not STOP.requested:
+            if state.episodes_added >= step * n:  # its batch has been made (the buffer may still have evicted some)
+                episodes = await h.buffer.route().sample.call_one(n, step - 1)
+                if episodes is not None:
+                    return episodes
+            if rollout_task.done():
+                rollout_task.result()  # re-raise the rollout failure
+            await state.changed.wait(timeout=STOP_POLL_S)  # for the next batch (and a look at the stop signal)
+        return None
+
+    taking: asyncio.Task | None = None  # the next step's batch, taken while this step trains
     STOP.steps_started = True  # from here a stop signal ends the run at a step boundary, with a checkpoint
     try:
         for step in range(first, cfg.steps + 1):
             t0 = time.perf_counter()
-            while True:
-                if STOP.requested:  # a stop signal, between steps: checkpoint what is done and end
-                    raise await stop(step - 1)
-                episodes = await h.buffer.route().sample.call_one(a.prompts_per_step * a.group_size, step - 1)
-                if episodes is not None:
-                    break
-                if rollout_task.done():
-                    rollout_task.result()  # re-raise the rollout failure
-                await asyncio.sleep(0.002)
+            episodes = None
+            if taking is not None:  # taken while the step before trained
+                episodes = await taking
+            elif not STOP.requested:
+                episodes = await take(step)
+            if STOP.requested:  # a stop signal, between steps: checkpoint what is done and end
+                if episodes is not None:  # taken early for this step: back into the buffer for the checkpoint
+                    await h.buffer.route().unsample.call_one()
+                raise await stop(step - 1)
+            taking = None
             wait = time.perf_counter() - t0
             batch = collate_episodes(episodes, h.pad_id)
-            metrics = await h.trainer.route().train_step.call_one(batch)
-            sync = await h.trainer.route().push_weights.call_one(h.generator.fanout())
+            # trains version step-1 → step and pushes it to every generator, in one call
+            training = asyncio.ensure_future(h.trainer.route().train_step.call_one(batch, h.generator.fanout()))
+            if step < cfg.steps and not (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
+                # the next batch is sampled and waited for meanwhile (at version `step`, as it would be after this
+                # step: the same episodes); not before a checkpoint, whose snapshot of the buffer must hold it
+                taking = asyncio.create_task(take(step + 1))
+            metrics = await training
             state.published = step
+            state.changed.notify()
             if state.rollout_metrics:  # the rollout that made this batch (batches leave the buffer in order)
                 metrics.update(state.rollout_metrics.popleft())
             metrics.update(
                 {
                     "time/step_seconds": time.perf_counter() - t0,
                     "time/wait_seconds": wait,
-                    "sync/seconds": sync,
                     "train/policy_age": float((step - 1 - batch.policy_versions).float().mean()),
                 }
             )
@@ -242,6 +290,10 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
             )
     finally:
         state.done = True
+        state.changed.notify()
+        if taking is not None:
+            taking.cancel()
+            await asyncio.gather(taking, return_exceptions=True)
         bar.close()
         rollout_task.cancel()  # a batch in flight is not waited for (a stop, a failure, or the last step)
         await asyncio.gather(rollout_task, return_exceptions=True)

@@ -22,6 +22,7 @@ class ReplayBuffer:
         self._episodes: deque[Episode] = deque()
         self._rng = random.Random(seed)
         self.evicted = 0  # episodes dropped for age or capacity, over the buffer's life
+        self._last: tuple[list[Episode], Any] | None = None  # the last sample in buffer order, the RNG before it
 
     def __len__(self) -> int:
         return len(self._episodes)
@@ -47,8 +48,21 @@ class ReplayBuffer:
         if len(self._episodes) < n:
             return None
         batch = [self._episodes.popleft() for _ in range(n)]
+        self._last = (list(batch), self._rng.getstate())
         self._rng.shuffle(batch)
         return batch
+
+    def unsample(self) -> int:
+        """Put the last sample back as if it had never been taken (the episodes first, in their order, and the RNG as
+        it was): the loop takes a step's batch while the step before trains, and a run stopped between the two
+        checkpoints the buffer with it. Returns how many came back (0: nothing to undo)."""
+        if self._last is None:
+            return 0
+        episodes, rng = self._last
+        self._last = None
+        self._episodes.extendleft(reversed(episodes))
+        self._rng.setstate(rng)
+        return len(episodes)
 
     def state_dict(self) -> dict[str, Any]:
         return {"episodes": [dataclasses.asdict(e) for e in self._episodes], "rng": _plain(self._rng.getstate()),
@@ -56,6 +70,7 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._episodes = deque(episode_from_dict(e) for e in state["episodes"])
+        self._last = None
         self._rng.setstate(_tuples(state["rng"]))
         self.evicted = state["evicted"]
 

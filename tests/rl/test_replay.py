@@ -36,3 +36,19 @@ def test_capacity_drops_the_oldest():
     buf.add([episode(0, 7), episode(0, 8), episode(0, 9)])
     assert len(buf) == 2 and buf.evicted == 1
     assert sorted(e.completion.token_ids[1] for e in buf.sample(2, 0)) == [8, 9]
+
+
+def test_unsample_puts_the_last_batch_back_as_if_never_taken():
+    """The loop takes step s+1's batch while step s trains; a stop in between gives it back before the checkpoint:
+    the buffer's state, and what it samples next, are those of a buffer that was never asked."""
+    a, b = ReplayBuffer(max_policy_age=1, seed=7), ReplayBuffer(max_policy_age=1, seed=7)
+    for buf in (a, b):
+        buf.add([episode(1, tag) for tag in range(6)])
+    taken = a.sample(4, policy_version=1)
+    a.add([episode(2, 10)])  # a rollout lands meanwhile
+    b.add([episode(2, 10)])
+    assert a.unsample() == 4 and a.unsample() == 0  # once
+    assert a.state_dict() == b.state_dict()
+    again = a.sample(4, policy_version=1)
+    assert [e.completion.token_ids for e in again] == [e.completion.token_ids for e in taken]
+    assert [e.completion.token_ids for e in again] == [e.completion.token_ids for e in b.sample(4, policy_version=1)]

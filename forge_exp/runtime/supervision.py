@@ -10,6 +10,9 @@ An exception an endpoint raised reaches its caller as monarch's ActorError; `nam
 
 Monarch notices a dead process on its next poll: every HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY, 10 s by default;
 `configure_monarch()` makes it 2 s unless the environment sets it (a poll is one small message per proc mesh).
+It also gives a proc 2 minutes to start (HYPERACTOR_MESH_PROC_SPAWN_MAX_IDLE, Monarch's default 30 s): several runs
+started together on a small machine can each take longer than 30 s to bring up a proc that imports torch, and a
+proc that dies while starting is reported at once either way (tests/runtime/test_supervision.py).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ T = TypeVar("T")
 
 POLL_ENV = "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY"
 POLL_DEFAULT = "2s"
+SPAWN_ENV = "HYPERACTOR_MESH_PROC_SPAWN_MAX_IDLE"
+SPAWN_DEFAULT = "120s"
 ADMIN_ENV = "HYPERACTOR_MESH_ADMIN_ADDR"
 ADMIN_LOOPBACK = "127.0.0.1:1729"  # Monarch's default is [::]:1729: every interface of a shared node
 GATHER_S = 0.3  # after the first event of a failure, how long its siblings (other meshes of the process) may take
@@ -35,13 +40,15 @@ CANCEL_WAIT_S = 10.0  # how long the app may take to unwind once cancelled, befo
 
 
 def configure_monarch() -> None:
-    """Before the first proc mesh: poll for dead processes every 2 s, and keep the mesh admin server (when one is
-    started) on loopback. Either can be set through its environment variable instead."""
+    """Before the first proc mesh: poll for dead processes every 2 s, give a proc 2 minutes to start, and keep the
+    mesh admin server (when one is started) on loopback. Each can be set through its environment variable instead."""
     os.environ.setdefault(POLL_ENV, POLL_DEFAULT)
     from monarch.config import configure
 
     if not os.environ.get(ADMIN_ENV):
         configure(mesh_admin_addr=ADMIN_LOOPBACK)
+    if not os.environ.get(SPAWN_ENV):
+        configure(mesh_proc_spawn_max_idle=SPAWN_DEFAULT)
     from monarch._rust_bindings.monarch_hyperactor.config import reload_config_from_env
 
     reload_config_from_env()  # the poll frequency is read from the environment only

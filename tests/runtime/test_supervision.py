@@ -117,6 +117,33 @@ def test_monarch_is_configured_before_the_first_mesh():
     Runtime(plan(1))
     assert os.environ["HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY"] == "2s"
     assert get_global_config()["mesh_admin_addr"] == "127.0.0.1:1729"
+    assert get_global_config()["mesh_proc_spawn_max_idle"] in ("120s", "2m")  # Monarch's own default is 30s
+
+
+def test_a_proc_that_dies_while_starting_fails_the_spawn_at_once():
+    """The 2-minute start limit is a limit, not a wait: a proc whose command exits is reported as soon as it does."""
+    import sys
+
+    from monarch.actor import this_host
+
+    from forge_exp.runtime.bootstrap import bootstrap_command
+    from tests.runtime.supervision_actors import Worker
+
+    async def run():
+        Runtime(plan(1))  # configures Monarch as a run does
+        cmd = bootstrap_command()
+        cmd.program, cmd.args = sys.executable, ["-c", "import sys; sys.exit(3)"]
+        procs = this_host().spawn_procs(per_host={"procs": 1}, name="dies", bootstrap_command=cmd)
+        try:
+            await procs.spawn("worker", Worker, devices=["cpu"], threads=1).pid.call_one()
+        finally:
+            await procs.stop()
+
+    t0 = time.monotonic()
+    with pytest.raises(Exception) as e:
+        asyncio.run(run())
+    assert time.monotonic() - t0 < 20, f"the spawn failed only after {time.monotonic() - t0:.0f} s"
+    assert "exit_code: 3" in str(e.value), str(e.value)
 
 
 def test_a_process_shared_by_services_names_them_all():

@@ -47,16 +47,48 @@ def save_hf_checkpoint(
             (tmp / name).write_text(json.dumps(obj, indent=2, sort_keys=True))
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / OPTIMIZER)
-        if directory.exists():
-            shutil.rmtree(directory)
         try:
-            tmp.rename(directory)
+            move_into_place(tmp, directory)
         except OSError:
             if not (directory / "config.json").is_file():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return directory
+
+
+AT_FDCWD = -100
+RENAME_EXCHANGE = 2  # renameat2(2): swap two paths atomically
+
+
+def move_into_place(tmp: Path, directory: Path) -> None:
+    """Make the finished directory `tmp` be `directory`, so that a reader of `directory` (another run loading a shared
+    warm-start cache, say) finds the old or the new copy, never none: one that exists is swapped with `tmp` in one
+    step (renameat2 RENAME_EXCHANGE), then the old copy, now at `tmp`, is removed. Where the filesystem cannot swap,
+    the old one is removed, then `tmp` renamed in. OSError if another process put a directory there meanwhile."""
+    if directory.exists() and _exchange(tmp, directory):
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    if directory.exists():
+        shutil.rmtree(directory)
+    tmp.rename(directory)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically; False where the C library or the filesystem cannot."""
+    import ctypes
+    import errno
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2"):  # glibc < 2.28
+        return False
+    if libc.renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # this filesystem does not swap
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def load_hf_checkpoint(

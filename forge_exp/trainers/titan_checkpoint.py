@@ -15,7 +15,6 @@ QKV state-dict hooks split wqkv into wq/wk/wv there, replicating it on every ran
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +24,8 @@ import torch.distributed as dist
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch.distributed.tensor import DTensor, Replicate
+
+from forge_exp.models.checkpoint import move_into_place
 
 if TYPE_CHECKING:
     from forge_exp.trainers.titan import TitanTrainer
@@ -128,9 +129,7 @@ def save_hf(
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        if directory.exists():
-            shutil.rmtree(directory)
-        tmp.rename(directory)
+        move_into_place(tmp, directory)  # a reader finds the old copy or the new one, never none
     dist.barrier()
     return directory
 

@@ -50,3 +50,36 @@ def test_metadata_optimizer_and_overwrite(tmp_path):
     again, _ = load_hf_checkpoint(target)
     assert torch.equal(again.model.embed_tokens.weight, model.model.embed_tokens.weight)
     assert [p.name for p in tmp_path.iterdir()] == ["step_1"]  # no temporary directories left behind
+
+
+def test_a_directory_being_replaced_is_never_missing_to_a_reader(tmp_path):
+    """A warm-start cache is read by other runs while a run replaces it: the swap leaves the old or the new copy at
+    the path at every moment (the old code removed the directory, then renamed the new one in: a reader polling
+    config.json found it missing ~5% of the time)."""
+    import subprocess
+    import sys
+    import time
+
+    from forge_exp.models.checkpoint import move_into_place
+
+    target = tmp_path / "cache"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    code = ("import os, sys, time\npath = os.path.join(sys.argv[1], 'config.json')\nmissing = looks = 0\n"
+            "while not os.path.exists(sys.argv[2]):\n    looks += 1\n    missing += not os.path.exists(path)\n"
+            "print(missing, looks)")
+    done = tmp_path / "done"
+    reader = subprocess.Popen([sys.executable, "-c", code, str(target), str(done)], stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # the reader is polling
+    for i in range(30):
+        new = tmp_path / f".cache.{i}"
+        new.mkdir()
+        (new / "config.json").write_text(json.dumps({"i": i}))
+        (new / "model.safetensors").write_bytes(b"x" * 100_000)
+        move_into_place(new, target)
+        assert not new.exists()  # the old copy is gone
+    done.touch()
+    missing, looks = map(int, reader.communicate(timeout=60)[0].split())
+    assert looks > 100 and missing == 0, (missing, looks)
+    assert json.loads((target / "config.json").read_text()) == {"i": 29}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "done"]

@@ -7,6 +7,7 @@ a mistake in the command line into one line naming the key, with the closest val
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -52,21 +53,27 @@ def _register_launchers() -> None:
             plugins.register(cls)
 
 
+_FORK_SERVER = False  # main() sets it for a single run (not a sweep, --help or --cfg)
+
+
 def run(cfg: DictConfig) -> float | None:
     """The Hydra task: one experiment. How it can end: apps/faults.py (exit codes, MLflow status, last line)."""
     t0 = time.time()
     try:
         config = validate(cfg)
         from forge_exp.apps.preflight import check
+        from forge_exp.runtime.zygote_server import quiet_load
 
-        check(config)
+        with quiet_load() if _FORK_SERVER else contextlib.nullcontext():  # forkable after (zygote.start)
+            check(config)
         if config.cluster.name == "slurm":  # the meshes' hosts come from a SLURM job: its controller must answer
             from forge_exp.launch.sweep import slurm_problem
 
             if problem := slurm_problem("cluster=slurm", "cluster=local"):
                 raise ValueError(problem)
         from forge_exp.apps.checkpoint import latest
-        from forge_exp.tracking.mlflow import default_tracking_uri, ensure_store
+        from forge_exp.tracking.mlflow import default_tracking_uri
+        from forge_exp.tracking.store import check_store
 
         # absolute: the service processes and a resumed run (possibly from another cwd) read the same paths
         config.output_dir = os.path.abspath(config.output_dir or HydraConfig.get().runtime.output_dir)
@@ -78,10 +85,15 @@ def run(cfg: DictConfig) -> float | None:
                              f"continues a run in its own run dir: give hydra.run.dir=<that run's dir> (the default "
                              f"dir is new for every command) and run it with checkpoint.every > 0")
         uri = config.tracking.uri or default_tracking_uri()
-        ensure_store(uri)  # a server that does not answer is one line here, not minutes of retries later
+        check_store(uri)  # a server that does not answer is one line here, not minutes of retries later
     except ValueError as e:  # one clear line, before any process is spawned
         print(f"forge-exp: error: {e}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    if _FORK_SERVER:  # the input is good: the run's procs can be forked from a server forked from here (with what
+        from forge_exp.runtime import zygote  # the checks imported), whose imports overlap the tracker's and the
+        # mesh's start (runtime/zygote.py)
+
+        zygote.start()
     with stop_signals():
         summary, tracker = _track(cfg, config, uri, resume)
     _print_summary(summary, tracker, time.time() - t0)
@@ -216,6 +228,8 @@ def main() -> None:
     """The `forge-exp` command."""
     args = expand(sys.argv[1:])
     sys.argv = [sys.argv[0], *args]
+    global _FORK_SERVER
+    _FORK_SERVER = not any(a.startswith("-") for a in args)  # one run here (not -m, --help, --cfg)
     _register_launchers()
     if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the user asked for Hydra's own tracebacks
         hydra_main()

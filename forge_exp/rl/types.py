@@ -10,8 +10,10 @@ Only the model's tokens are trained on and enter the behaviour/reference ratios;
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # only TrainBatch holds tensors, and config validation reads Problem: no torch import for it
+    import torch
 
 
 @dataclass
@@ -111,7 +113,7 @@ class TrainBatch:
             out.append(
                 TrainBatch(
                     **{
-                        k: (v[sl] if isinstance(v, torch.Tensor) else v)
+                        k: (None if v is None else v[sl])  # every field is a tensor or None
                         for k, v in self.__dict__.items()
                     }
                 )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from monarch.actor import ProcMesh, this_host, this_proc
 
 from forge_exp.config.services import CONTROLLER
+from forge_exp.runtime import zygote
 from forge_exp.runtime.bootstrap import bootstrap_command
 from forge_exp.runtime.layout import MeshPlan
 from forge_exp.runtime.supervision import Supervisor, configure_monarch
@@ -64,6 +65,8 @@ class Runtime:
         self.procs: dict[str, ProcMesh] = {}
         self.worlds: dict[str, Any] = {}  # torch.distributed worlds over a mesh (spawn_collective)
         self.supervisor = Supervisor()
+        if not any(zygote.forks(p) for p in meshes.values()):
+            zygote.stop()  # no proc of this run can be forked (GPU or cluster meshes only): free its memory now
 
     def _mesh_for(self, service: str) -> tuple[MeshPlan, ProcMesh]:
         for plan in self.plans.values():
@@ -73,7 +76,7 @@ class Runtime:
                 if plan.name not in self.procs:
                     self.procs[plan.name] = this_host().spawn_procs(
                         per_host={"replicas": plan.replicas, "procs": plan.spawn_procs}, name=plan.name,
-                        bootstrap_command=bootstrap_command(),  # runtime/bootstrap.py: ignores stop signals, exits fast
+                        bootstrap_command=zygote.bootstrap_command(plan),  # forked from the pre-imported server
                     )
                 return plan, self.procs[plan.name]
         raise KeyError(f"service '{service}' is not in the services layout")

@@ -8,17 +8,15 @@
     parallelism=fsdp_tp   tp given, dp_shard = procs / (tp · dp_replicate)
 
 `degrees` is what the parallelism schema (config/services.py) calls with the config's numbers before any process
-starts; `check_model` (tp divides the heads and the vocabulary) runs when the engine reads the checkpoint.
+starts (so this module imports torch only in `parallel_dims`: validation stays light); `check_model` (tp divides
+the heads and the vocabulary) runs when the engine reads the checkpoint.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch.distributed as dist
-
 from forge_exp.choices import PARALLELISMS
-from forge_exp.trainers.titan_compat import cpu_meshes, titan
 
 
 @dataclass(frozen=True)
@@ -71,6 +69,10 @@ def check_model(d: Degrees, n_heads: int, n_kv_heads: int, vocab_size: int, wher
 def parallel_dims(d: Degrees, device_type: str):
     """TorchTitan's ParallelDims for `d` on the initialised world, meshes built ("partial_dtensor" backend: FSDP2 on
     the (dp_replicate, fsdp) mesh, DTensor TP on the tp mesh)."""
+    import torch.distributed as dist
+
+    from forge_exp.trainers.titan_compat import cpu_meshes, titan
+
     titan()
     from torchtitan.distributed import ParallelDims
 

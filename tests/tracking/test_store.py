@@ -91,3 +91,72 @@ def test_a_run_whose_controller_vanished_is_marked_killed_and_a_live_one_is_left
     assert MlflowClient(uri).get_run(live.run_id).info.status == "RUNNING"
     run = MlflowClient(uri).get_run(t.run_id)
     assert run.info.status == "KILLED" and "ended without closing it" in run.data.tags["forge_exp.end"]
+
+
+def test_a_store_at_the_newest_schema_is_recognised_without_mlflow_and_any_other_is_migrated(tmp_path):
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    from forge_exp.tracking.store import migrated, schema_head
+
+    assert schema_head() == _get_latest_schema_revision()  # what MLflow itself migrates a store to
+    db = tmp_path / "mlflow.db"
+    assert not migrated(db)  # no file
+    db.write_bytes(b"")
+    assert not migrated(db)  # an empty file: no schema yet
+    db.unlink()
+    ensure_store(f"sqlite:///{db}")  # created and migrated by MLflow
+    assert migrated(db)
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:  # a store from an older MLflow: its revision is not the head
+        conn.execute("UPDATE alembic_version SET version_num = 'f5a4f2784254'")
+    assert not migrated(db)
+    code = ("import sys; from forge_exp.tracking.store import ensure_store; ensure_store(sys.argv[1]); "
+            "print('mlflow' in sys.modules)")
+    other = tmp_path / "other.db"  # (MLflow keeps a store per URI open in this process)
+    MlflowClient(f"sqlite:///{other}").search_experiments()
+    out = subprocess.run([sys.executable, "-c", code, f"sqlite:///{other}"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]  # an existing store: MLflow is not imported
+
+
+def test_a_new_local_store_is_checked_before_the_run_and_created_by_the_tracker(tmp_path):
+    """check_store (the CLI's, before any process starts) leaves a new sqlite store for the tracker's thread to create:
+    it neither creates the file nor imports MLflow (whose imports start threads: the controller forks its fork
+    server after this check); a folder that cannot hold it is one line naming tracking.uri."""
+    uri = f"sqlite:///{tmp_path}/new/deeper/mlflow.db"
+    code = ("import sys; from forge_exp.tracking.store import check_store; check_store(sys.argv[1]); "
+            "print('mlflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "afile").write_text("")
+    from forge_exp.tracking.store import check_store
+
+    with pytest.raises(StoreUnavailable, match=rf"^tracking\.uri=sqlite:///{tmp_path}/afile/mlflow\.db: cannot create "
+                                               rf"the store \({tmp_path}/afile is not a writable folder\)$"):
+        check_store(f"sqlite:///{tmp_path}/afile/mlflow.db")
+
+
+def test_a_store_another_run_is_creating_is_waited_for_without_mlflow(tmp_path):
+    """A run that finds the store mid-creation (the file there, its tables not yet) waits for the creator's lock and
+    reads the store again with the standard library: it does not import MLflow to find what the creator made."""
+    import time
+
+    from forge_exp.tracking.store import store_lock
+
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    code = ("import sys, time; from forge_exp.tracking.store import ensure_store; t = time.monotonic(); "
+            "ensure_store(sys.argv[1]); print(round(time.monotonic() - t, 1), 'mlflow' in sys.modules)")
+    with store_lock(uri):  # this test is the creator: the file exists before its tables do
+        db.write_bytes(b"")
+        waiter = subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, cwd=ROOT)
+        time.sleep(4.0)
+        assert waiter.poll() is None  # waiting for the lock
+        MlflowClient(uri).search_experiments()  # creates and migrates the tables
+    out, err = waiter.communicate(timeout=120)
+    waited, imported = out.split()
+    assert float(waited) >= 1.0, out  # it waited for the lock (4 s less its own start)
+    assert imported == "False", err[-2000:]

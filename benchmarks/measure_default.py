@@ -6,7 +6,8 @@ generation and training tokens/s, and peak memory of every process of the run (c
 Memory is sampled every 0.2 s over the whole process tree: the peak of the summed PSS (proportional set size:
 shared pages split between the processes that map them, so the sum does not count torch's shared libraries once per
 process) and, for comparison, of the summed RSS. Without --cached the warm start is trained (a cold first run);
-with --cached it is loaded from the cache a previous run left. Results go to benchmarks/results/default_cpu.json.
+with --cached it is loaded from the cache a previous run left. Results go to benchmarks/results/default_cpu.json
+(default_cpu_cached.json), with the commit, and the composed config (`--cfg job`) beside them.
 """
 
 from __future__ import annotations
@@ -72,8 +73,11 @@ def main() -> None:
     step_seconds = history("time/step_seconds")
     steps = len(step_seconds)
     median = sorted(step_seconds)[steps // 2]
+    commit = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h"], capture_output=True, text=True)
     result = {
         "command": "forge-exp " + " ".join(extra) if extra else "forge-exp",
+        "commit": commit.stdout.strip(),
+        "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(start)),
         "warm_start": "cached" if cached else "trained in this run",
         "machine": f"{platform.machine()}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB",
         "wall_seconds": round(wall, 1),
@@ -96,6 +100,8 @@ def main() -> None:
     dest.mkdir(exist_ok=True)
     name = "default_cpu_cached.json" if cached else "default_cpu.json"
     (dest / name).write_text(json.dumps(result, indent=2) + "\n")
+    composed = subprocess.run([*cmd, "--cfg", "job"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    (dest / name.replace(".json", "_forge_exp_config.yaml")).write_text(composed)  # what the command composed
     print(json.dumps(result, indent=2))
 
 

@@ -9,7 +9,8 @@ Every layout runs in one process, each in its own Runtime (its proc meshes start
 alternate the layouts so a slow spell of a shared machine hits them alike. Tokens/s counts sampled tokens over
 the wall time of whole batches (prompts_per_step x group_size rows each); the first batches of a layout are warm-up.
 The config is the embedded default's (tiny model, fresh weights, services=cpu: one torch thread per generator
-process), with the layout's overrides; `--cfg job` of each is saved beside the results.
+process), with the layout's overrides; `--cfg job` of each is saved beside the results. `engine_alone` then times
+the engine itself in this process over the whole batch and over half of it: the most two replicas can gain.
 """
 
 from __future__ import annotations
@@ -73,6 +74,41 @@ async def measure(overrides: list[str], batches: int, warmup: int) -> dict:
     return {"seconds": seconds, "tokens": tokens}
 
 
+async def _problems(cfg) -> list:
+    async with Runtime(plan_for(cfg)) as runtime:
+        dataset = runtime.spawn("dataset", DatasetService, cfg.dataset, cfg.model)
+        return await dataset.route().sample.call_one(cfg.algorithm.prompts_per_step)
+
+
+def engine_alone(overrides: list[str], problems: list, repeats: int) -> dict:
+    """The engine a replica runs, in this process on one torch thread, over the whole batch and over half of it
+    (what each of two replicas gets): full / half bounds what two replicas can gain, the rollout plumbing aside.
+    Median process-time seconds of `repeats` calls each, interleaved."""
+    from forge_exp.actors.generator import fill_unset
+    from forge_exp.generators.base import Sampling
+    from forge_exp.runtime.build import build
+
+    cfg = typed(overrides)
+    a = cfg.algorithm
+    torch.set_num_threads(1)
+    engine = build(fill_unset(cfg.generator, generator_sizes(cfg)), "generator", model=build(cfg.model, "model"),
+                   device=torch.device("cpu"), seed=0)
+    prompts = [engine.tokenizer.encode(p.prompt) for p in problems]
+    sampling = Sampling(a.group_size, a.temperature, a.top_p, cfg.dataset.max_new_tokens, seed=1)
+    times = {"full": [], "half": []}
+    try:
+        for _ in range(repeats):
+            for name, batch in (("full", prompts), ("half", prompts[: len(prompts) // 2])):
+                c0 = time.process_time()
+                asyncio.run(engine.generate(batch, sampling))
+                times[name].append(time.process_time() - c0)
+    finally:
+        engine.close()
+    full, half = statistics.median(times["full"]), statistics.median(times["half"])
+    return {"full_batch_seconds": round(full, 5), "half_batch_seconds": round(half, 5),
+            "full_over_half": round(full / half, 2), "prompts": len(prompts), "repeats": repeats}
+
+
 def main() -> None:
     args = parse_args()
     common = ["services=cpu", f"dataset.max_new_tokens={args.max_new_tokens}", *args.overrides]
@@ -82,6 +118,10 @@ def main() -> None:
             got = asyncio.run(measure(common + overrides, args.batches, args.warmup))
             for k in got:
                 runs[name][k] += got[k]
+    cfg = typed(common)
+    problems = asyncio.run(_problems(cfg))
+    alone = engine_alone(common, problems, repeats=15)
+    print(f"engine alone: {alone}")
     base = sum(runs["1 replica, 1 call"]["tokens"]) / sum(runs["1 replica, 1 call"]["seconds"])
     table = {}
     for name, r in runs.items():
@@ -100,6 +140,7 @@ def main() -> None:
         "commit": commit.strip(), "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}",
         "what": "sampled tokens over the wall time of whole batches (generation + reward scoring), no training",
         "layouts": table,
+        "engine_alone": alone,
     }, indent=1) + "\n")
     for name, overrides in LAYOUTS.items():  # the composed config of each layout, beside the numbers
         slug = name.split(",")[0].replace(" ", "_") + "_" + name.split(", ")[1].replace(" ", "_")

@@ -96,6 +96,14 @@ def launch(cmd: list[str], log: Path, env: dict[str, str] | None = None, cwd: st
             "peak_pss_mib": round(peak[0]), "peak_rss_mib": round(peak[1]), "peak_processes": peak[2]}
 
 
+def commit(tree) -> str:
+    """`<short hash> <subject>` of a source tree's checkout, marked when its files differ from that commit."""
+    git = ["git", "-C", str(tree)]
+    head = subprocess.run([*git, "log", "-1", "--format=%h %s"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    return head + (" + changes" if dirty.stdout.strip() else "")
+
+
 def timing(launched: dict, step_begin_1: float, step_ends: list[float]) -> dict:
     ends = sorted(step_ends)
     intervals = [b - a for a, b in zip(ends, ends[1:])][STEADY_FROM - 1:]
@@ -114,13 +122,14 @@ def forge_cmd(work: Path, steps: int, extra: list[str], store: Path) -> list[str
             *extra]
 
 
-def run_forge(steps: int, extra: list[str], tag: str, store: Path, src: str | None = None) -> dict:
+def run_forge(steps: int, extra: list[str], tag: str, store: Path, src: str | None = None,
+              env: dict[str, str] | None = None) -> dict:
     from mlflow.tracking import MlflowClient
 
     work = Path(tempfile.mkdtemp(prefix=f"lean-{tag}-"))
     # that tree's forge_exp ahead of the editable install, in every process (procs start with `python -m` in the
     # working directory, which Python puts first on their path)
-    env = {"PYTHONPATH": src} if src else None
+    env = {**(env or {}), **({"PYTHONPATH": src} if src else {})}
     launched = launch(forge_cmd(work, steps, extra, store), work / "out.txt", env, cwd=src or ROOT)
     run_id = re.search(r"MLflow run (\w+) ", (work / "out.txt").read_text()).group(1)
     client = MlflowClient(f"sqlite:///{store}")
@@ -136,14 +145,15 @@ def run_forge(steps: int, extra: list[str], tag: str, store: Path, src: str | No
             "heldout_accuracy_end": m.get("summary/eval/accuracy_end"), "work": str(work)}
 
 
-def run_trl(steps: int, threads: int, init: str, tag: str) -> dict:
+def run_trl(steps: int, threads: int, init: str, tag: str, venv: Path = ROOT / ".venv-trl") -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"lean-{tag}-"))
-    cmd = [str(ROOT / ".venv-trl/bin/python"), str(ROOT / "benchmarks/lean/trl_grpo.py"), "--steps", str(steps),
+    cmd = [str(venv / "bin/python"), str(ROOT / "benchmarks/lean/trl_grpo.py"), "--steps", str(steps),
            "--threads", str(threads), "--init", init, "--timings", str(work / "timings.json")]
     launched = launch(cmd, work / "out.txt")
     d = json.loads((work / "timings.json").read_text())
     return {**launched, **timing(launched, d["step_begin"][0], d["step_end"]),
-            "reward_first_log": d["reward_first_log"], "reward_last_log": d["reward_last_log"], "work": str(work)}
+            "reward_first_log": d["reward_first_log"], "reward_last_log": d["reward_last_log"],
+            "phases_ms": d.get("phases_ms"), "work": str(work)}
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -167,10 +177,13 @@ def main() -> None:
     p.add_argument("--src", default=None, help="also run forge-exp (max_policy_age=1) from this source tree, with "
                    "this venv: a checkout of another commit, its conf/ and sweeps/ linked as forge_exp/conf and "
                    "forge_exp/sweeps (how the package ships them)")
+    p.add_argument("--trl-venv", type=Path, default=ROOT / ".venv-trl", help="the TRL venv (setup_trl.sh's)")
+    p.add_argument("--variants", "--only", default=None, help="comma-separated variants to run (default: all), "
+                   "e.g. forge_age1,forge_age0,trl_1thread")
     p.add_argument("overrides", nargs="*", help="extra forge-exp overrides for every forge-exp run")
     args = p.parse_args()
-    if not (ROOT / ".venv-trl/bin/python").exists():
-        sys.exit("no .venv-trl: run `bash benchmarks/lean/setup_trl.sh` first")
+    if not (args.trl_venv / "bin/python").exists():
+        sys.exit(f"no {args.trl_venv}: run `bash benchmarks/lean/setup_trl.sh` first")
 
     # One MLflow store for every forge-exp run, as a user's ./mlruns: created here, before the timed runs (creating
     # a fresh sqlite store migrates its schema, ~5 s of CPU on this machine: a first run's cost, not a run's).
@@ -188,19 +201,25 @@ def main() -> None:
 
     variants = {  # name → how to run it; run in this order every round
         "forge_age1": forge("algorithm.max_policy_age=1"),
-        "trl_2threads": lambda tag: run_trl(args.steps, 2, init, tag),
+        "trl_2threads": lambda tag: run_trl(args.steps, 2, init, tag, args.trl_venv),
         "forge_age0": forge("algorithm.max_policy_age=0"),
-        "trl_1thread": lambda tag: run_trl(args.steps, 1, init, tag),
+        "trl_1thread": lambda tag: run_trl(args.steps, 1, init, tag, args.trl_venv),
         "forge_age1_cpu_host": forge("algorithm.max_policy_age=1", "services=cpu_host"),
+        # procs started as fresh interpreters, not forked from the fork server (runtime/zygote.py)
+        "forge_age1_no_fork_server": lambda tag: run_forge(args.steps, ["algorithm.max_policy_age=1", *args.overrides],
+                                                           tag, store, env={"FORGE_EXP_FORK_SERVER": "0"}),
     }
     if args.src:  # the same default from another source tree, e.g. a checkout of the commit before a change
         variants["forge_age1_src"] = lambda tag: run_forge(args.steps, ["algorithm.max_policy_age=1", *args.overrides],
                                                            tag, store, args.src)
+    if args.variants:
+        variants = {k: v for k, v in variants.items() if k in args.variants.split(",")}
     runs: dict[str, list[dict]] = {k: [] for k in variants}
     for r in range(args.rounds):
         for name, fn in variants.items():
+            before = os.getloadavg()[0]
             res = fn(f"{name}-{r}")
-            res["load_avg_1min"] = os.getloadavg()[0]
+            res["load_avg_1min_before"], res["load_avg_1min"] = before, os.getloadavg()[0]
             runs[name].append(res)
             print(f"round {r} {name}: step {res['median_step_s'] * 1000:.1f} ms, start-up {res['startup_s']:.2f} s, "
                   f"shutdown {res['shutdown_s']:.2f} s, wall {res['wall_s']:.1f} s, PSS {res['peak_pss_mib']} MiB",
@@ -209,17 +228,18 @@ def main() -> None:
     summary = {k: summarize(v) for k, v in runs.items()}
     ratios = {}
     for metric in ("median_step_s", "startup_s", "shutdown_s", "wall_s", "cpu_s", "peak_pss_mib"):
-        trl = min(summary["trl_2threads"][metric]["median"], summary["trl_1thread"][metric]["median"])
+        trl = min(summary[k][metric]["median"] for k in ("trl_2threads", "trl_1thread") if k in summary)
         for name in [v for v in variants if v.startswith("forge")]:
             ratios[f"{name}/{metric}"] = round(summary[name][metric]["median"] / trl, 2) if trl else None
-    ratios["forge_age1/forge_age0 median_step_s"] = round(
-        summary["forge_age1"]["median_step_s"]["median"] / summary["forge_age0"]["median_step_s"]["median"], 2)
+    if "forge_age0" in summary:
+        ratios["forge_age1/forge_age0 median_step_s"] = round(
+            summary["forge_age1"]["median_step_s"]["median"] / summary["forge_age0"]["median_step_s"]["median"], 2)
     result = {
         "command": ".venv/bin/python benchmarks/lean/compare.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "machine": f"{platform.machine()}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB",
-        "src": args.src and subprocess.run(["git", "-C", args.src, "log", "-1", "--format=%h %s"], capture_output=True,
-                                           text=True).stdout.strip(),
+        "commit": commit(ROOT),  # the tree the forge_age* variants ran (uncommitted changes: "+ changes")
+        "src": args.src and commit(args.src),
         "shape": {"forge_exp_overrides": SHAPE + [f"steps={args.steps}", *args.overrides],
                   "trl": f"trl_grpo.py --steps {args.steps} --init <the same warm start>"},
         "summary": summary,

@@ -34,7 +34,7 @@ from pathlib import Path  # noqa: E402
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from compare import CACHE, SHAPE, launch  # noqa: E402
+from compare import CACHE, SHAPE, commit, launch  # noqa: E402
 
 EVENTS: list[dict] = []  # {"what", "start", "end"} in seconds since the process started
 CALLS: list[tuple[str, float, float]] = []  # (service.endpoint, start, end)
@@ -298,7 +298,8 @@ def main() -> None:
         if hist:
             metrics[key] = round(statistics.median(hist) * 1e3, 2)
     result = {"command": ".venv/bin/python benchmarks/lean/profile_forge.py " + " ".join(sys.argv[1:]),
-              "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "load_avg_1min": os.getloadavg()[0],
+              "commit": commit(ROOT), "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+              "load_avg_1min": os.getloadavg()[0],
               "peak_pss_mib": launched["peak_pss_mib"], "peak_processes": launched["peak_processes"],
               **summarize(prof, launched, args.steps, metrics),
               "mlflow_run_created_s": round(run.info.start_time / 1000 - launched["launch"], 3)}

@@ -7,7 +7,8 @@ Hub), the same arithmetic prompts and the same exact-answer reward.
 Runs in the benchmark venv of benchmarks/lean/setup_trl.sh. forge_exp's pure modules are imported from the source
 tree; nothing of Monarch, Hydra or MLflow is needed. --timings writes wall-clock timestamps (time.time()) of
 process start, imports done, trainer built, each step's begin and end, training end and the last line of the
-script, so the driver can split start-up, steps and shutdown the same way for both sides.
+script, so the driver can split start-up, steps and shutdown the same way for both sides, and the median
+milliseconds of GRPOTrainer's phases (`phases_ms`): generation and scoring, the loss's forward, the whole step.
 """
 
 from __future__ import annotations
@@ -36,6 +37,23 @@ from forge_exp.models.tiny import TinyQwen3  # noqa: E402
 from forge_exp.rewards.arithmetic import ExactAnswerReward  # noqa: E402
 
 T_IMPORTS = time.time()
+PHASES: dict[str, list[float]] = {}
+
+
+def clock_phases() -> None:
+    """Time GRPOTrainer's own methods: _generate_and_score_completions (rollouts and rewards), compute_loss (the
+    policy forward and the loss), training_step (all of a step: rollouts, forward, backward; the optimizer step
+    follows it)."""
+    for name in ("_generate_and_score_completions", "compute_loss", "training_step"):
+        fn = getattr(GRPOTrainer, name)
+
+        def wrapper(self, *a, _fn=fn, _name=name, **k):
+            t0 = time.perf_counter()
+            try:
+                return _fn(self, *a, **k)
+            finally:
+                PHASES.setdefault(_name, []).append(time.perf_counter() - t0)
+        setattr(GRPOTrainer, name, wrapper)
 
 
 class StepClock(TrainerCallback):
@@ -65,6 +83,7 @@ def main() -> None:
     p.add_argument("--timings", default=None, help="write the timestamps here (JSON)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    clock_phases()
 
     spec = TinyQwen3(path=args.init)  # conf/model/tiny.yaml's sizes are the builder's defaults
     tokenizer = spec.tokenizer()
@@ -121,6 +140,7 @@ def main() -> None:
             "step_begin": clock.begin, "step_end": clock.end, "train_end": t_trained,
             "threads": torch.get_num_threads(), "reward_first_log": rewards[0] if rewards else None,
             "reward_last_log": rewards[-1] if rewards else None, "script_end": time.time(),
+            "phases_ms": {k: round(sorted(v[10:] or v)[len(v[10:] or v) // 2] * 1e3, 2) for k, v in PHASES.items()},
         }))
     os.sys.stdout.flush()
 

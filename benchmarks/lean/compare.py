@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -73,27 +74,34 @@ def tree_memory(pid: int) -> tuple[float, float, list[tuple[str, float]]]:
 
 
 def launch(cmd: list[str], log: Path, env: dict[str, str] | None = None, cwd: str | Path = ROOT) -> dict:
-    """Run cmd to completion, sampling its process tree's memory; wall-clock launch and exit times."""
+    """Run cmd to completion, sampling its process tree's memory on a thread; wall-clock launch and exit times. The
+    exit is taken by a blocking wait4, so it is exact (a poll between samples would add up to SAMPLE_EVERY to it)."""
     with open(log, "w") as out:
         t0 = time.time()
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-        peak = (0.0, 0.0, [])
-        while True:
-            # wait4: the exit status and the CPU time of the process and of every descendant it reaped (the procs)
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            sample = tree_memory(proc.pid)
-            if sample[0] > peak[0]:
-                peak = sample
-            time.sleep(SAMPLE_EVERY)
+        peak = [(0.0, 0.0, [])]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(SAMPLE_EVERY):
+                now = tree_memory(proc.pid)
+                if now[0] > peak[0][0]:
+                    peak[0] = now
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        # wait4: the exit status and the CPU time of the process and of every descendant it reaped (the procs)
+        _, status, usage = os.wait4(proc.pid, 0)
         t1 = time.time()
+        done.set()
+        sampler.join()
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code  # reaped here: Popen must not wait for it again
     if code != 0:
         sys.exit(f"{' '.join(cmd[:3])} ... failed (exit {code}); see {log}:\n{log.read_text()[-3000:]}")
+    pss, rss, each = peak[0]
     return {"launch": t0, "exit": t1, "wall_s": t1 - t0, "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "peak_pss_mib": round(peak[0]), "peak_rss_mib": round(peak[1]), "peak_processes": peak[2]}
+            "peak_pss_mib": round(pss), "peak_rss_mib": round(rss), "peak_processes": each}
 
 
 def commit(tree) -> str:

@@ -1,5 +1,5 @@
 # On a lent GPU machine, in the repo root:   source benchmarks/gpu/install.sh
-# (sourced: it exports PYTHONPATH and PATH). Call it in every call that carries .whl/p1 or .whl/p2, and in later ones.
+# (sourced: it exports PYTHONPATH and PATH). Call it in every call that carries one of .whl/p1, p2, ..., and in later ones.
 #  1. copies the wheels and wheel pieces carried in this call (.whl/*) to /tmp/wheels, which outlives the call
 #     (carried folders are replaced by the next call's; the machine itself stays while warm),
 #  2. puts together and checks (sha256, manifest.txt) every wheel whose pieces are all there, installs it into

@@ -32,10 +32,13 @@ POLL_ENV = "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY"
 POLL_DEFAULT = "2s"
 SPAWN_ENV = "HYPERACTOR_MESH_PROC_SPAWN_MAX_IDLE"
 SPAWN_DEFAULT = "120s"
+SPAWN_FAILED = "error spawning proc mesh"  # Monarch 0.7's ValueError, e.g. "...: statuses: Timeout(120.0s)=0..1"
 ADMIN_ENV = "HYPERACTOR_MESH_ADMIN_ADDR"
 ADMIN_LOOPBACK = "127.0.0.1:1729"  # Monarch's default is [::]:1729: every interface of a shared node
 GATHER_S = 0.3  # after the first event of a failure, how long its siblings (other meshes of the process) may take
-INTERNAL_WAIT_S = 1.5  # an event about Monarch's own meshes only: how long to wait for the service's own event
+# An event about Monarch's own meshes only: how long to wait for the service's own event. Each actor mesh is polled
+# on its own, so the service's can come a poll period (2 s) after the logger's, later on busy cores.
+INTERNAL_WAIT_S = 4.0
 CANCEL_WAIT_S = 10.0  # how long the app may take to unwind once cancelled, before the meshes are stopped under it
 
 
@@ -124,6 +127,11 @@ def named(exc: BaseException) -> ServiceFailed | None:
         cause = f"{type(inner).__name__}: {inner}" if inner is not None else str(exc).splitlines()[0]
         return ServiceFailed([m.group(1)] if m else [], None, cause.splitlines()[0] if cause else kind,
                              getattr(exc, "exception_formatted", str(exc)), endpoint=m.group(2) if m else None)
+    if isinstance(exc, ValueError) and str(exc).startswith(SPAWN_FAILED):  # a proc mesh that did not come up
+        m = re.search(r"Timeout\(([\d.]+)s\)", str(exc))
+        cause = (f"a proc did not start within {float(m.group(1)):.0f} s ({SPAWN_ENV} sets the limit)" if m
+                 else str(exc).splitlines()[0])
+        return ServiceFailed([], None, cause, str(exc))
     if kind == "SupervisionError":  # a call to an actor that had failed
         text = str(exc)
         m = re.search(r"Endpoint call (\w+)\.\w+\(\) failed", text)
@@ -145,7 +153,6 @@ class Supervisor:
         self._events: list[Failure] = []
         self._failed: asyncio.Future | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._previous = None
         self._decide_at: asyncio.TimerHandle | None = None
         self.closing = False  # set while the meshes are stopped on purpose: their events are expected
         self.meshes: dict[str, str] = {}  # service → the proc mesh it was spawned on (Runtime.spawn says)
@@ -155,14 +162,16 @@ class Supervisor:
 
         self._loop = asyncio.get_running_loop()
         self._failed = self._loop.create_future()
-        self._previous = monarch.actor.unhandled_fault_hook
         monarch.actor.unhandled_fault_hook = self._hook
 
     def uninstall(self) -> None:
+        """Events that come after this (a failure's late siblings, polled after the meshes were stopped) are about
+        meshes the run no longer has: they are logged at debug level. Monarch's own hook would print each as an
+        "Unhandled monarch error" after the run's last line, or exit the process while the tracker closes."""
         import monarch.actor
 
-        if self._previous is not None and monarch.actor.unhandled_fault_hook == self._hook:
-            monarch.actor.unhandled_fault_hook = self._previous
+        if monarch.actor.unhandled_fault_hook == self._hook:
+            monarch.actor.unhandled_fault_hook = after_close
         if self._decide_at is not None:
             self._decide_at.cancel()
 
@@ -233,11 +242,19 @@ class Supervisor:
             raise error
         if self._events or (failure is not None and failure.died) or failure is None:
             await asyncio.wait([self._failed], timeout=INTERNAL_WAIT_S + GATHER_S)  # the event says it better
-        if self.failure is not None:
+        if self.failure is not None and (self.failure.services or failure is None or not failure.services):
             raise self.failure from error
-        if failure is not None:
+        if failure is not None:  # it names the service where the events did not (Monarch's own meshes only)
             raise failure from error
         raise error
+
+
+def after_close(failure: Any) -> None:
+    """The fault hook once a run's meshes are stopped: what is reported then is expected (Supervisor.uninstall)."""
+    try:
+        log.debug("supervision event after the run's meshes were stopped: %s", failure.report())
+    except Exception:  # noqa: BLE001 — a hook must not raise (Monarch would take it as unhandled)
+        pass
 
 
 def _mentions_monarch(error: BaseException) -> bool:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,13 +25,31 @@ def cli(tmp_path: Path, cache: Path, *args: str, run: str = "run", uri: str | No
 
 
 class Run:
-    """One `forge-exp` process and every descendant it ever had."""
+    """One `forge-exp` process and every descendant it ever had. Its output is read as it comes (a pipe nobody reads
+    blocks the writer once ~64 KiB are waiting: a run must never stall on its own stderr while the test waits)."""
 
     def __init__(self, cmd: list[str], cwd: Path = ROOT):
         env = {**os.environ, "PYTHONPATH": str(ROOT)}  # service processes import tests.faults.bad
         self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.seen: set[int] = set()
-        self.out = self.err = ""
+        self._chunks: dict[str, list[str]] = {"out": [], "err": []}
+        self._readers = [threading.Thread(target=self._read, args=(stream, self._chunks[name]), daemon=True)
+                         for name, stream in (("out", self.proc.stdout), ("err", self.proc.stderr))]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, into: list[str]) -> None:
+        for line in stream:
+            into.append(line)
+
+    @property
+    def out(self) -> str:
+        return "".join(self._chunks["out"])
+
+    @property
+    def err(self) -> str:
+        return "".join(self._chunks["err"])
 
     def children(self) -> list[psutil.Process]:
         try:
@@ -74,8 +93,9 @@ class Run:
             time.sleep(0.2)
         if self.proc.poll() is None:
             self.proc.kill()
-        out, err = self.proc.communicate()
-        self.out, self.err = self.out + out, self.err + err
+        self.proc.wait()
+        for reader in self._readers:  # to the end of both streams (a descendant still holding them: not forever)
+            reader.join(timeout=30)
         return self.proc.returncode, self.out, self.err
 
     def orphans(self, wait: float = 5.0) -> list[int]:

@@ -9,10 +9,12 @@ import signal
 import time
 
 import pytest
+from monarch.actor import this_host
 
+from forge_exp.runtime.bootstrap import bootstrap_command
 from forge_exp.runtime.layout import MeshPlan
 from forge_exp.runtime.services import Runtime
-from forge_exp.runtime.supervision import ServiceFailed, cause_of, parse_report
+from forge_exp.runtime.supervision import ServiceFailed, Supervisor, cause_of, parse_report
 from tests.runtime.supervision_actors import Worker
 
 # what Monarch 0.7 reports (captured from real failures)
@@ -124,11 +126,6 @@ def test_a_proc_that_dies_while_starting_fails_the_spawn_at_once():
     """The 2-minute start limit is a limit, not a wait: a proc whose command exits is reported as soon as it does."""
     import sys
 
-    from monarch.actor import this_host
-
-    from forge_exp.runtime.bootstrap import bootstrap_command
-    from tests.runtime.supervision_actors import Worker
-
     async def run():
         Runtime(plan(1))  # configures Monarch as a run does
         cmd = bootstrap_command()
@@ -156,4 +153,96 @@ def test_a_process_shared_by_services_names_them_all():
             await runtime.supervise(asyncio.sleep(60))
 
     with pytest.raises(ServiceFailed, match=r"^dataset, reward \(replica 0\) died: SIGKILL$"):
+        asyncio.run(run())
+
+
+NEVER_STARTS = """
+import asyncio, sys
+from monarch.actor import this_host
+from monarch.config import configure
+from forge_exp.runtime.bootstrap import bootstrap_command
+from forge_exp.runtime.services import Runtime
+from forge_exp.runtime.supervision import ServiceFailed
+from tests.runtime.supervision_actors import Worker
+from tests.runtime.test_supervision import plan
+
+async def run():
+    async with Runtime(plan(1)) as runtime:
+        configure(mesh_proc_spawn_max_idle="3s")
+        cmd = bootstrap_command()
+        cmd.program, cmd.args = sys.executable, ["-c", "import time; time.sleep(60)  # " + sys.argv[1]]
+        procs = this_host().spawn_procs(per_host={"procs": 1}, name="slow", bootstrap_command=cmd)
+        runtime.procs["slow"] = procs  # stopped with the runtime, as a run's meshes are
+        await runtime.supervise(procs.spawn("worker", Worker, devices=["cpu"], threads=1).pid.call_one())
+
+try:
+    asyncio.run(run())
+except ServiceFailed as e:
+    print(e)
+"""
+
+
+def test_a_proc_that_never_starts_is_one_line_naming_the_limit():
+    """Monarch's spawn timeout (a proc that never reports in) is a ServiceFailed, not a ValueError's traceback; the
+    proc it gave up on ends with the controller."""
+    import subprocess
+    import sys
+    import uuid
+
+    import psutil
+
+    from tests.conftest import ROOT
+
+    marker = f"never-starts-{uuid.uuid4().hex[:8]}"
+    out = subprocess.run([sys.executable, "-c", NEVER_STARTS, marker], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip().splitlines()[-1:] == [
+        "a process of the run failed: a proc did not start within 3 s (HYPERACTOR_MESH_PROC_SPAWN_MAX_IDLE sets the "
+        "limit)"], out.stdout + out.stderr[-3000:]
+    deadline = time.monotonic() + 10
+    while left := [p.pid for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]:
+        assert time.monotonic() < deadline, f"the proc that never started outlived its controller: {left}"
+        time.sleep(0.2)
+
+
+def test_events_after_the_run_are_not_printed_as_unhandled(capfd):
+    """A failure's late events (polled after the meshes were stopped) are logged at debug level, not printed by
+    Monarch's default hook after the run's last line (nor do they exit the controller)."""
+    import monarch.actor
+
+    from forge_exp.runtime.supervision import after_close
+
+    async def run():
+        async with Runtime(plan(1)) as runtime:
+            svc = runtime.spawn("generator", Worker)
+            os.kill(await svc.replica(0).pid.call_one(), signal.SIGKILL)
+            await runtime.supervise(asyncio.sleep(60))
+
+    with pytest.raises(ServiceFailed):
+        asyncio.run(run())
+    assert monarch.actor.unhandled_fault_hook is after_close
+    time.sleep(4.5)  # two polls: any late event has come by now
+    assert "Unhandled monarch error" not in capfd.readouterr().err
+
+
+def test_a_call_naming_the_service_wins_over_events_about_monarchs_own_meshes_only():
+    """The process died, Monarch's logger mesh reported it, the service's own event did not come in time: the
+    failed call's error names the service."""
+    from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
+
+    async def run():
+        supervisor = Supervisor()
+        supervisor.install()
+        try:
+            supervisor._hook(type("Event", (), {"mesh_name": "logger-xPkT1otLNBm", "report": lambda self: LOGGER})())
+
+            async def work():
+                await asyncio.sleep(0.1)
+                raise SupervisionError("Endpoint call trainer.train_step() failed: " + KILLED.replace("generator",
+                                                                                                     "trainer"))
+            await supervisor.run(work())
+        finally:
+            supervisor.uninstall()
+
+    with pytest.raises(ServiceFailed, match=r"^trainer \(replica 1\) died: SIGKILL$"):
         asyncio.run(run())

@@ -213,10 +213,15 @@ class Supervisor:
         same = [e for e in named_events if e.point == first.point and e.cause == first.cause]
         services = list(dict.fromkeys(e.mesh for e in same if not e.internal))
         died = _is_death(first.cause)
-        if died and services and services[0] in self.meshes:  # a process: every service on it went with it
-            mesh = self.meshes[services[0]]
-            services = sorted(s for s, m in self.meshes.items() if m == mesh)
+        services = self._colocated(services) if died else services
         self._failed.set_exception(ServiceFailed(services, first.point, first.cause, first.report, died=died))
+
+    def _colocated(self, services: list[str]) -> list[str]:
+        """A process that died: every service that was on it went with it."""
+        if services and services[0] in self.meshes:
+            mesh = self.meshes[services[0]]
+            return sorted(s for s, m in self.meshes.items() if m == mesh)
+        return services
 
     async def run(self, work: Awaitable[T]) -> T:
         """Await `work`; if a service fails first, cancel it and raise that failure. An exception `work` raises
@@ -245,6 +250,9 @@ class Supervisor:
         if self.failure is not None and (self.failure.services or failure is None or not failure.services):
             raise self.failure from error
         if failure is not None:  # it names the service where the events did not (Monarch's own meshes only)
+            if failure.died:
+                failure = ServiceFailed(self._colocated(failure.services), failure.point, failure.cause,
+                                        failure.report, died=True)
             raise failure from error
         raise error
 

@@ -230,8 +230,9 @@ def test_a_call_naming_the_service_wins_over_events_about_monarchs_own_meshes_on
     failed call's error names the service."""
     from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 
-    async def run():
+    async def run(meshes: dict[str, str] | None = None):
         supervisor = Supervisor()
+        supervisor.meshes.update(meshes or {})
         supervisor.install()
         try:
             supervisor._hook(type("Event", (), {"mesh_name": "logger-xPkT1otLNBm", "report": lambda self: LOGGER})())
@@ -246,3 +247,6 @@ def test_a_call_naming_the_service_wins_over_events_about_monarchs_own_meshes_on
 
     with pytest.raises(ServiceFailed, match=r"^trainer \(replica 1\) died: SIGKILL$"):
         asyncio.run(run())
+    # a call to one of several services on the process that died: all of them are named, as the events would
+    with pytest.raises(ServiceFailed, match=r"^ref_model, trainer \(replica 1\) died: SIGKILL$"):
+        asyncio.run(run({"trainer": "gpu", "ref_model": "gpu", "generator": "other"}))

@@ -247,13 +247,15 @@ class Supervisor:
             raise error
         if self._events or (failure is not None and failure.died) or failure is None:
             await asyncio.wait([self._failed], timeout=INTERNAL_WAIT_S + GATHER_S)  # the event says it better
-        if self.failure is not None and (self.failure.services or failure is None or not failure.services):
-            raise self.failure from error
-        if failure is not None:  # it names the service where the events did not (Monarch's own meshes only)
-            if failure.died:
-                failure = ServiceFailed(self._colocated(failure.services), failure.point, failure.cause,
-                                        failure.report, died=True)
-            raise failure from error
+        chosen = self.failure
+        if failure is not None and failure.services and (chosen is None or not chosen.services):
+            # the call names the service where the events did not (Monarch's own meshes only), or there were none
+            chosen = failure if not failure.died else ServiceFailed(
+                self._colocated(failure.services), failure.point, failure.cause, failure.report, died=True)
+        elif chosen is None:
+            chosen = failure
+        if chosen is not None:
+            raise chosen from error
         raise error
 
 

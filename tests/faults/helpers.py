@@ -40,8 +40,7 @@ class Run:
 
     @staticmethod
     def _read(stream, into: list[str]) -> None:
-        for line in stream:
-            into.append(line)
+        into.extend(stream)  # line by line, as they come
 
     @property
     def out(self) -> str:

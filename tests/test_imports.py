@@ -1,6 +1,7 @@
 """What a process imports is what it uses: the controller and the light services (dataset, reward, replay buffer, env)
-never load transformers' modeling code, and MLflow is imported by the tracker's thread, not by importing the
-modules (benchmarks/lean.md: each heavy import costs seconds of start-up and ~150 MiB per process)."""
+never load transformers' modeling code, nor do the tiny model's trainer and generator (models/qwen3.py), and MLflow
+is imported by the tracker's thread, not by importing the modules (benchmarks/lean.md: each heavy import costs
+seconds of start-up and ~150 MiB per process)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("transformers.modeling_utils", "mlflow")
+HEAVY = ("transformers.modeling_utils", "mlflow", "torch._dynamo")
 
 
 def loaded_after(code: str) -> dict[str, bool]:
@@ -24,14 +25,28 @@ def test_light_services_load_no_modeling_code():
         "from forge_exp.models.tiny import TinyQwen3\n"
         "assert TinyQwen3().tokenizer().encode('1+2=')  # what the dataset service builds"
     )
-    assert loaded == {"transformers.modeling_utils": False, "mlflow": False}
+    assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False}
 
 
 def test_the_controller_imports_its_loop_without_modeling_code_or_mlflow():
     loaded = loaded_after("import forge_exp.cli, forge_exp.apps.grpo, forge_exp.apps.preflight, forge_exp.tracking.mlflow")
-    assert loaded == {"transformers.modeling_utils": False, "mlflow": False}
+    assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False}
 
 
-def test_building_a_model_still_loads_it():
-    loaded = loaded_after("from forge_exp.models.tiny import TinyQwen3\nTinyQwen3().build()")
+def test_the_tiny_model_is_built_saved_and_loaded_without_modeling_code_or_dynamo(tmp_path):
+    """models/qwen3.py: what the default's trainer and generator run, fresh or from its warm start."""
+    loaded = loaded_after(
+        "from forge_exp.models.tiny import TinyQwen3\n"
+        f"TinyQwen3().build().save_pretrained({str(tmp_path)!r}); TinyQwen3().tokenizer().save_pretrained({str(tmp_path)!r})\n"
+        f"spec = TinyQwen3(path={str(tmp_path)!r}); spec.build(); spec.tokenizer()"
+    )
+    assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False}
+
+
+def test_a_released_model_still_loads_transformers_modeling_code(tmp_path):
+    from forge_exp.models.tiny import TinyQwen3
+
+    TinyQwen3().build().save_pretrained(tmp_path)
+    TinyQwen3().tokenizer().save_pretrained(tmp_path)
+    loaded = loaded_after(f"from forge_exp.models.hf import ModelSpec\nModelSpec(path={str(tmp_path)!r}).build()")
     assert loaded["transformers.modeling_utils"]

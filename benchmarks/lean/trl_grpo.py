@@ -1,5 +1,5 @@
 """TRL's GRPOTrainer, in one process, at the shape benchmarks/lean/compare.py measures forge-exp at: the same tiny
-Qwen3 and character tokenizer (built in-process by forge_exp/models/tiny.py and tokenizer.py; nothing from the
+Qwen3 and character tokenizer (forge_exp/models/tiny.py's weights read by transformers' Qwen3ForCausalLM; nothing from the
 Hub), the same arithmetic prompts and the same exact-answer reward.
 
     .venv-trl/bin/python benchmarks/lean/trl_grpo.py --steps 100 --timings /tmp/trl.json [--init DIR] [--threads 2]
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))  # forge_exp's pure layers, from the source tree
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import TrainerCallback  # noqa: E402
+from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from forge_exp.data.arithmetic import ArithmeticTask  # noqa: E402
@@ -87,7 +87,12 @@ def main() -> None:
 
     spec = TinyQwen3(path=args.init)  # conf/model/tiny.yaml's sizes are the builder's defaults
     tokenizer = spec.tokenizer()
-    model = spec.build("cpu")
+    init = args.init
+    if init is None:  # the fresh tiny model, written where transformers reads it
+        init = tempfile.mkdtemp(prefix="trl-init-")
+        spec.build("cpu").save_pretrained(init)
+    # TRL trains a transformers model: the tiny model's checkpoint read by transformers' Qwen3ForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32, local_files_only=True)
     task = ArithmeticTask(digits=2, ops="+", eval_size=200, seed=args.seed)
     stream = task.train_stream()
     rows = [next(stream) for _ in range(args.steps * args.prompts)]

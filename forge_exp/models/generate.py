@@ -1,7 +1,7 @@
-"""Eager batched sampling over any transformers causal LM, with a KV cache: the reference path.
+"""Eager batched sampling over any causal LM (transformers', or models/qwen3.py's), with a KV cache: the reference path.
 
 The prompts are left-padded into one batch and prefilled once; then every step feeds one token per row and reuses
-the cache (transformers `DynamicCache`), so a step costs one token of compute, not a full recompute. Each row stops
+the cache (transformers' `DynamicCache`, or the model's own), so a step costs one token of compute, not a full recompute. Each row stops
 on its own at EOS or after `max_new_tokens`; the batch ends when every row has stopped. Tokens are drawn by the
 shared sampler (`models/sampling.py`, noise keyed by (seed, row, step)), so the native engine
 (`generators/native.py`) reproduces this function token for token; that engine is the fast path.
@@ -52,6 +52,15 @@ def left_pad(
     return ids.to(device), mask.to(device)
 
 
+def _new_cache(model: PreTrainedModel):
+    """An empty KV cache for `model`: its own where it brings one (models/qwen3.py), else transformers'."""
+    if hasattr(model, "new_cache"):
+        return model.new_cache()
+    from transformers import DynamicCache  # here, not at the top: importing this module loads no modeling code
+
+    return DynamicCache(config=model.config)
+
+
 def _cache_arg(model: PreTrainedModel) -> str:
     """transformers >= 5.24 names the KV-cache argument `cache` (`past_key_values` is deprecated there); older
     releases, such as a GPU image's, only know `past_key_values`. Passing the wrong name would silently drop the cache."""
@@ -81,8 +90,6 @@ def generate(
     To draw a group of n samples per prompt, repeat the prompt n times in `prompt_ids`. Row r draws with the key
     (seed, r); without `seed` one is drawn from `generator` (or torch's global generator when that is None too).
     """
-    from transformers import DynamicCache  # here, not at the top: importing this module loads no modeling code
-
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0 or not 0 < top_p <= 1:
@@ -103,7 +110,7 @@ def generate(
     temperatures = torch.full((batch,), float(temperature), device=device)
     top_ps = torch.full((batch,), float(top_p), device=device)
 
-    cache = {_cache_arg(model): DynamicCache(config=model.config)}
+    cache = {_cache_arg(model): _new_cache(model)}
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **cache, use_cache=True, logits_to_keep=1)
     logits = out.logits[:, -1].float()
     next_pos = positions[:, -1:] + 1  # [B, 1]

@@ -1,8 +1,9 @@
 """Tiny Qwen3-architecture causal LMs, randomly initialised, for CPU experiments and tests.
 
-They are ordinary transformers `Qwen3ForCausalLM` models, so `save_pretrained` / `from_pretrained`, the generator,
-the trainer and the checkpoint code treat them exactly like a real Qwen3 (torchtune-style builders: literal sizes
-in one function per size).
+They are models/qwen3.py's Qwen3ForCausalLM: plain torch with transformers' parameter names and checkpoint format,
+so a process that runs one imports no transformers modeling code (~1.5 s of every process's start-up), and what it
+saves loads with `AutoModelForCausalLM.from_pretrained` like a real Qwen3's checkpoint (torchtune-style builders:
+literal sizes in one function per size).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from forge_exp.models.hf import DTYPES, ModelSpec, enable_activation_checkpointing
-from forge_exp.models.tokenizer import ALPHABET, build_char_tokenizer
+from forge_exp.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from forge_exp.models.tokenizer import ALPHABET, build_char_tokenizer, load_char_tokenizer
 
-if TYPE_CHECKING:  # the modeling code is imported when a model is built (see models/hf.py)
-    from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def qwen3(
@@ -37,8 +39,6 @@ def qwen3(
     attn_implementation: str = "sdpa",
 ) -> Qwen3ForCausalLM:
     """A randomly initialised Qwen3ForCausalLM (float32, tied embeddings) from the given sizes and seed."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     config = Qwen3Config(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -48,13 +48,13 @@ def qwen3(
         num_key_value_heads=num_kv_heads,
         head_dim=head_dim,
         max_position_embeddings=max_position_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        rope_theta=10000.0,
         tie_word_embeddings=True,
         pad_token_id=pad_id,
         bos_token_id=bos_id,
         eos_token_id=eos_id,
+        attn_implementation=attn_implementation,
     )
-    config._attn_implementation = attn_implementation
     # Seed only the init: the caller's global RNG state is left as it was.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -87,19 +87,23 @@ class TinyQwen3(ModelSpec):
             super().check_available()
 
     def tokenizer(self) -> PreTrainedTokenizerBase:
-        return super().tokenizer() if self.path else build_char_tokenizer(self.alphabet)
+        return load_char_tokenizer(self.path) if self.path else build_char_tokenizer(self.alphabet)
 
     def build(self, device: str | torch.device = "cpu", dtype: str | None = None) -> Qwen3ForCausalLM:
         if self.path:
-            return super().build(device, dtype)
+            model = Qwen3ForCausalLM.from_pretrained(self.path, DTYPES[dtype or self.dtype], self.attn_implementation)
+        else:
+            model = self._fresh().to(DTYPES[dtype or self.dtype])
+        if self.gradient_checkpointing:
+            enable_activation_checkpointing(model)
+        return model.to(device)
+
+    def _fresh(self) -> Qwen3ForCausalLM:
         tokenizer = build_char_tokenizer(self.alphabet)
-        model = qwen3(
+        return qwen3(
             vocab_size=len(tokenizer), hidden_size=self.hidden_size, num_layers=self.num_layers,
             num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
             intermediate_size=self.intermediate_size, max_position_embeddings=self.max_position_embeddings,
             pad_id=tokenizer.pad_token_id, bos_id=tokenizer.bos_token_id, eos_id=tokenizer.eos_token_id,
             seed=self.seed, attn_implementation=self.attn_implementation,
-        ).to(DTYPES[dtype or self.dtype])
-        if self.gradient_checkpointing:
-            enable_activation_checkpointing(model)
-        return model.to(device)
+        )

@@ -1,4 +1,4 @@
-"""The fork server: one process per run that imports what every proc imports (torch, transformers' modeling code,
+"""The fork server: one process per run that imports what every proc imports (torch, the tiny model's modeling code,
 forge_exp's model, data and RL code) once, then forks a child for each proc that a client (runtime/zygote_client.py)
 asks for. The child takes over the client's environment, cwd and file descriptors and runs runtime/bootstrap.py's
 `main` exactly as a freshly started proc does. Children share the server's pages copy-on-write.
@@ -44,7 +44,7 @@ PR_SET_NAME = 15
 PRELOAD = (
     "torch",
     "transformers",
-    "transformers.models.qwen3.modeling_qwen3",
+    "forge_exp.models.qwen3",
     "safetensors.torch",
     "hydra.utils",
     "omegaconf",

@@ -149,7 +149,7 @@ def test_hf_checkpoint_reloads_with_plain_transformers_and_identical_logits(fami
         p.name for p in path.iterdir()
     }
     reloaded = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
-    assert type(reloaded) is type(model)
+    assert type(reloaded).__name__ == type(model).__name__  # the tiny model: models/qwen3.py's, read by transformers'
     ids = torch.tensor([tokenizer("what is 6 plus 7? 13")["input_ids"]])
     with torch.no_grad():
         assert torch.equal(model.eval()(ids).logits, reloaded(ids).logits)

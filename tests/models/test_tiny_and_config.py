@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from omegaconf import OmegaConf
-from transformers import Qwen3ForCausalLM
 
 from forge_exp.models.hf import Pretrained
+from forge_exp.models.qwen3 import Qwen3ForCausalLM
 from forge_exp.models.tiny import TinyQwen3
 from forge_exp.runtime.build import build
 from tests.config.helpers import compose_cfg, options

@@ -77,9 +77,9 @@ def test_the_forked_child_runs_actors_with_the_clients_environment(server):
 def test_the_server_preloads_without_monarch_threads_cuda_or_open_files():
     code = ("import os, sys; from forge_exp.runtime.zygote_server import preload; preload(); "
             "print(len(os.listdir('/proc/self/task')), 'monarch._rust_bindings' in sys.modules, "
-            "'transformers.models.qwen3.modeling_qwen3' in sys.modules)")
+            "'forge_exp.models.qwen3' in sys.modules, 'transformers.modeling_utils' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.stdout.split() == ["1", "False", "True"], out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "False", "True", "False"], out.stderr[-2000:]
 
 
 def test_a_killed_child_kills_its_client_with_the_same_signal(server):

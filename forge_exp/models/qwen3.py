@@ -1,0 +1,407 @@
+"""Qwen3 causal LMs in plain torch, with transformers' parameter names and checkpoint format.
+
+Why not transformers' `Qwen3ForCausalLM`: importing its modeling code takes 1.2-2.2 s on a 2-core machine
+(`modeling_utils` pulls in torch._dynamo, torch.distributed.tensor and scipy.optimize, unconditionally), and every
+process of the embedded default waits for it before its first step; this module imports torch alone. What the
+platform does with a model — the trainer's forward (models/logprobs.py, trainers/sft.py), the engines of
+generators/ (decoder.py reads the same submodules), weight sync by parameter name, HF-format checkpoints — works on
+either. The tiny model (models/tiny.py) is built with this; released models load through transformers
+(models/hf.py).
+
+The computation is transformers 5.x's Qwen3 (modeling_qwen3.py) with SDPA attention: pre-norm decoder layers, RMSNorm
+on each head's q and k before rotary embeddings, grouped-query attention, SwiGLU MLP. Departures: no sliding-window
+layers, no rope scaling (both are refused when reading config.json), no attention dropout; a fully padded query row
+attends to itself (transformers' SDPA path gives such a row another finite value; pad rows are masked out of every
+result either way). tests/models/test_qwen3.py checks logits, gradients and checkpoints against transformers.
+
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=..., hidden_size=..., ...))
+    model.save_pretrained(d)                        # loads with transformers.AutoModelForCausalLM.from_pretrained(d)
+    model = Qwen3ForCausalLM.from_pretrained(d)     # a directory transformers wrote, or this class
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+
+
+@dataclass
+class Qwen3Config:
+    """The fields of transformers' Qwen3Config that the computation uses (same names, same defaults)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int = 40960
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    attention_bias: bool = False
+    tie_word_embeddings: bool = True
+    initializer_range: float = 0.02
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    attn_implementation: str = "sdpa"  # or "eager" (softmax written out); how to run, so not in config.json
+    model_type = "qwen3"  # what decoder.py and checkpoint readers look at
+    hidden_act = "silu"
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "config.json") -> "Qwen3Config":
+        """From a transformers config.json (4.x or 5.x field names); ValueError naming the field it cannot run."""
+        if d.get("model_type") != "qwen3":
+            raise ValueError(f"{where}: model_type is {d.get('model_type')!r}, not 'qwen3'")
+        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+        if rope.get("rope_type", rope.get("type", "default")) != "default":
+            raise ValueError(f"{where}: rope type {rope.get('rope_type', rope.get('type'))!r} is not supported here "
+                             "(only the default rotary embedding)")
+        if d.get("use_sliding_window"):
+            raise ValueError(f"{where}: use_sliding_window=true is not supported here")
+        if d.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"{where}: hidden_act {d['hidden_act']!r} is not silu")
+        names = {f.name for f in dataclasses.fields(cls)} - {"rope_theta", "attn_implementation"}
+        fields = {k: v for k, v in d.items() if k in names}
+        fields.setdefault("head_dim", d["hidden_size"] // d["num_attention_heads"])
+        theta = rope.get("rope_theta", d.get("rope_theta"))
+        return cls(**fields, **({"rope_theta": float(theta)} if theta is not None else {}))
+
+    def to_dict(self, dtype: torch.dtype) -> dict:
+        """config.json as transformers writes it for this model."""
+        from transformers import Qwen3Config as HFConfig  # at save time only: ~0.4 s to import
+
+        fields = dataclasses.asdict(self)
+        theta = fields.pop("rope_theta")
+        del fields["attn_implementation"]
+        hf = HFConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": theta},
+                      architectures=["Qwen3ForCausalLM"])
+        hf.dtype = dtype
+        return hf.to_dict()
+
+
+class CausalLMOutput(NamedTuple):
+    logits: torch.Tensor  # [B, T, V] (the last `logits_to_keep` positions when that is set)
+    past_key_values: "KVCache | None" = None
+
+
+class ModelOutput(NamedTuple):
+    last_hidden_state: torch.Tensor  # [B, T, H] after the final norm
+    past_key_values: "KVCache | None" = None
+
+
+class KVCache:
+    """Keys and values of the positions seen so far, per layer (models/generate.py's cache for this model)."""
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+
+    def get_seq_length(self) -> int:
+        return self.keys[0].shape[2] if self.keys else 0
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append `k`, `v` [B, Hkv, T, D] to layer `layer`; return all of that layer's keys and values so far."""
+        if layer == len(self.keys):
+            self.keys.append(k)
+            self.values.append(v)
+        else:
+            self.keys[layer] = torch.cat([self.keys[layer], k], dim=2)
+            self.values[layer] = torch.cat([self.values[layer], v], dim=2)
+        return self.keys[layer], self.values[layer]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # in float32, as transformers' Qwen3RMSNorm; the weight multiplies the result in the input's dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos and sin [B, T, D] of each position (the default rotary embedding; no buffer, so no dtype casts reach it)."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        self.head_dim, self.theta = head_dim, theta
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        steps = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=x.device).float()
+        inv_freq = 1.0 / (self.theta ** (steps / self.head_dim))  # [D/2]
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            freqs = position_ids[..., None].float() * inv_freq  # [B, T, D/2]
+            emb = torch.cat([freqs, freqs], dim=-1)
+            return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, heads, T, D] rotated by its positions' angles (cos, sin [B, T, D]); the half-split layout of HF."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[:, None] + rotated * sin[:, None]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: Qwen3Config, layer: int):
+        super().__init__()
+        self.layer, self.head_dim, self.eager = layer, cfg.head_dim, cfg.attn_implementation == "eager"
+        self.scaling = cfg.head_dim**-0.5
+        self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_key_value_heads * cfg.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_key_value_heads * cfg.head_dim, bias=bias)
+        self.o_proj = nn.Linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [B, T, H]
+        rope: tuple[torch.Tensor, torch.Tensor],  # cos, sin [B, T, D]
+        mask: torch.Tensor | None,  # [B, 1, T, K] bool, True = may attend; None = causal
+        cache: KVCache | None,
+    ) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, -1, self.head_dim)).transpose(1, 2)  # [B, Hq, T, D]
+        k = self.k_norm(self.k_proj(x).view(B, T, -1, self.head_dim)).transpose(1, 2)  # [B, Hkv, T, D]
+        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        q, k = rotate(q, *rope), rotate(k, *rope)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer)
+        if self.num_kv_heads != self.num_heads:
+            k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+            v = v.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+        if self.eager:
+            out = eager_attention(q, k, v, mask, self.scaling)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1,
+                                                 scale=self.scaling)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+def eager_attention(q, k, v, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """softmax(q kᵀ · scale) v written out, the softmax in float32 (transformers' eager attention)."""
+    scores = (q @ k.transpose(-1, -2)) * scale  # [B, Hq, T, K]
+    if mask is None:  # causal: the T queries are the last T of the K positions
+        T, K = scores.shape[-2:]
+        mask = torch.ones(T, K, dtype=torch.bool, device=q.device).tril(K - T)
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")).float(), dim=-1).to(q.dtype)
+    return weights @ v
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: Qwen3Config, layer: int):
+        super().__init__()
+        self.self_attn = Attention(cfg, layer)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, rope, mask, cache):
+        x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def build_mask(
+    attention_mask: torch.Tensor | None,  # [B, K] 1 = real token, over the cached and the new positions
+    position_ids: torch.Tensor,  # [B, T] of the new positions
+    past: int,  # positions already in the cache (K = past + T)
+) -> torch.Tensor | None:
+    """[B, 1, T, K] bool (True = may attend), or None where causal attention alone is exact.
+
+    Query t sits at index past + t and sees the keys at or before it that the padding mask keeps. Without a padding
+    mask, rows whose position ids restart (packed examples, trainers/sft.py) see only their own example, as
+    transformers derives it (a new example wherever a position is not the one before it plus one). Every query also
+    sees itself, so that a row of padding has something to attend to instead of producing NaN."""
+    B, T = position_ids.shape
+    if past == 0 and attention_mask is None:
+        starts = torch.diff(position_ids, dim=-1) != 1
+        if not bool(starts.any()):
+            return None
+    elif past == 0 and bool(attention_mask.all()):
+        return None  # no padding: causal alone (transformers skips such a mask the same way)
+    K = past + T
+    q = torch.arange(past, K, device=position_ids.device)[:, None]
+    k = torch.arange(K, device=position_ids.device)[None, :]
+    allowed = (k <= q)[None].expand(B, T, K)
+    if attention_mask is not None:
+        allowed = allowed & attention_mask[:, None, :].bool()
+    elif past == 0:
+        example = F.pad(starts, (1, 0)).cumsum(-1)  # [B, T] which packed example each position belongs to
+        allowed = allowed & (example[:, :, None] == example[:, None, :])
+    return (allowed | (k == q)[None])[:, None]
+
+
+class Qwen3Model(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
+        self.gradient_checkpointing = False
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [B, T] long
+        attention_mask: torch.Tensor | None = None,  # [B, past + T]
+        position_ids: torch.Tensor | None = None,  # [B, T]
+        past_key_values: KVCache | None = None,
+        use_cache: bool = False,
+    ) -> ModelOutput:
+        B, T = input_ids.shape
+        cache = past_key_values if past_key_values is not None or not use_cache else KVCache()
+        past = cache.get_seq_length() if cache is not None else 0
+        if position_ids is None:
+            position_ids = torch.arange(past, past + T, device=input_ids.device).expand(B, T)
+        x = self.embed_tokens(input_ids)
+        rope = self.rotary_emb(x, position_ids)
+        mask = build_mask(attention_mask, position_ids, past)
+        for layer in self.layers:
+            if self.gradient_checkpointing and self.training:
+                x = checkpoint(layer, x, rope, mask, cache, use_reentrant=False)
+            else:
+                x = layer(x, rope, mask, cache)
+        return ModelOutput(self.norm(x), cache)
+
+
+class Qwen3ForCausalLM(nn.Module):
+    """The module tree and parameter names of transformers' Qwen3ForCausalLM (`model.layers.0.self_attn.q_proj.weight`,
+    ..., `lm_head.weight`), and the calls of it the platform makes."""
+
+    def __init__(self, config: Qwen3Config):
+        super().__init__()
+        self.config = config
+        self.model = Qwen3Model(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """transformers' initialisation: normal(0, initializer_range) for linear and embedding weights, zero biases
+        and padding embedding, norms at one; then ties the head to the embedding when the config says so."""
+        std = self.config.initializer_range
+        with torch.no_grad():
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    m.weight.normal_(0.0, std)
+                if isinstance(m, nn.Linear) and m.bias is not None:
+                    m.bias.zero_()
+                if isinstance(m, nn.Embedding) and m.padding_idx is not None:
+                    m.weight[m.padding_idx].zero_()
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    def get_decoder(self) -> Qwen3Model:
+        return self.model
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None) -> None:
+        """Recompute each decoder layer in the backward pass (non-reentrant, whatever the kwargs say)."""
+        self.model.gradient_checkpointing = True
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [B, T] long
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: KVCache | None = None,
+        use_cache: bool = False,
+        logits_to_keep: int = 0,
+    ) -> CausalLMOutput:
+        out = self.model(input_ids, attention_mask, position_ids, past_key_values, use_cache)
+        h = out.last_hidden_state[:, -logits_to_keep:] if logits_to_keep else out.last_hidden_state
+        return CausalLMOutput(self.lm_head(h), out.past_key_values)
+
+    def new_cache(self) -> KVCache:
+        return KVCache()
+
+    # ---- checkpoints in transformers' format ------------------------------------------------------------------
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """config.json and model.safetensors as transformers writes them (the tied head is not stored)."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        config = self.config.to_dict(self.dtype)
+        (directory / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        tied = self.config.tie_word_embeddings
+        tensors = {k: t.detach().contiguous() for k, t in self.state_dict().items()
+                   if not (tied and k == "lm_head.weight")}
+        save_file(tensors, str(directory / WEIGHTS), metadata={"format": "pt"})
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, dtype: torch.dtype = torch.float32,
+                        attn_implementation: str = "sdpa") -> "Qwen3ForCausalLM":
+        """Read a directory of config.json and safetensors weights (one file or an index of shards)."""
+        from safetensors.torch import load_file
+
+        directory = Path(directory).expanduser()
+        config = Qwen3Config.from_dict(json.loads((directory / "config.json").read_text()),
+                                       where=str(directory / "config.json"))
+        config.attn_implementation = attn_implementation
+        if (directory / WEIGHTS_INDEX).is_file():
+            shards = sorted(set(json.loads((directory / WEIGHTS_INDEX).read_text())["weight_map"].values()))
+        else:
+            shards = [WEIGHTS]
+        weights = {}
+        for shard in shards:
+            weights.update(load_file(str(directory / shard)))
+        # Built on the CPU and then given the weights read (the meta device would import torch._dynamo, ~1 s, for its
+        # init ops); the initialisation it runs for nothing leaves the caller's RNG state as it was.
+        with torch.random.fork_rng(devices=[]):
+            model = cls(config)
+        expected = set(model.state_dict())
+        if config.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+            expected.discard("lm_head.weight")
+        if missing := sorted(expected - set(weights)):
+            raise ValueError(f"{directory}: the weights lack {', '.join(missing[:3])}"
+                             f"{f' and {len(missing) - 3} more' if len(missing) > 3 else ''}")
+        if extra := sorted(set(weights) - expected):
+            raise ValueError(f"{directory}: unexpected weights {', '.join(extra[:3])} (not a Qwen3 causal LM?)")
+        model.load_state_dict({k: t.to(dtype) for k, t in weights.items()}, strict=False, assign=True)
+        model.tie_weights()
+        return model

@@ -10,6 +10,9 @@ trainers/update.py), `sft_step` / `sft_eval` (trainers/sft.py), `warm_start`, `s
 
 from __future__ import annotations
 
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
@@ -42,18 +45,39 @@ class HFTrainer:
         spec = model.loading(init_path)
         net = spec.build(device, dtype="float32")
         self.tokenizer = spec.tokenizer()
-        # fused: one kernel over every parameter instead of ~10 ops per tensor (the same update; ~1 ms of a tiny
-        # model's ~60 ms step on one CPU thread)
-        self.optimizer = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99),
-                                           fused=device.type in ("cpu", "cuda"))
+
+        def adamw() -> torch.optim.AdamW:
+            # fused: one kernel over every parameter instead of ~10 ops per tensor (the same update; ~1 ms of a tiny
+            # model's ~60 ms step on one CPU thread)
+            optimizer = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99),
+                                          fused=device.type in ("cpu", "cuda"))
+            if resume_step:
+                state = torch.load(f"{init_path}/{OPTIMIZER}", map_location=device, weights_only=True)
+                optimizer.load_state_dict(state)
+            return optimizer
+
+        # Built on a thread: a process's first torch.optim call imports torch._dynamo (1-2 s of CPU on 2 cores),
+        # which the first weight push, evaluation and rollout then overlap instead of waiting for. Resuming waits
+        # for it here, so that a bad optimizer file fails the start.
+        pool = ThreadPoolExecutor(1, thread_name_prefix="optimizer")
+        self._optimizer = pool.submit(adamw)
+        pool.shutdown(wait=False)
         if resume_step:
-            state = torch.load(f"{init_path}/{OPTIMIZER}", map_location=device, weights_only=True)
-            self.optimizer.load_state_dict(state)
-        self.policy = Policy(device, net, self.tokenizer, self.optimizer, loss, DTYPES[model.dtype])
+            self._optimizer.result()
+        self._policy = (device, loss, DTYPES[model.dtype])
         self.model = net
         self.step = resume_step
         self.schedule = None
         self.rank = 0  # one process: it answers every call and pushes the weights
+
+    @property
+    def optimizer(self) -> torch.optim.AdamW:
+        return self._optimizer.result()
+
+    @functools.cached_property
+    def policy(self) -> Policy:
+        device, loss, dtype = self._policy
+        return Policy(device, self.model, self.tokenizer, self.optimizer, loss, dtype)
 
     # --- GRPO family ------------------------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch, *, grad_accum: int, max_grad_norm: float, temperature: float,

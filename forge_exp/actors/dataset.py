@@ -4,6 +4,9 @@ reached: a file's (epoch, row) where the source tracks it (data/hf.py), else the
 
 from __future__ import annotations
 
+import itertools
+from collections import deque
+
 from monarch.actor import Actor, endpoint
 
 from forge_exp.rl.types import Problem
@@ -21,6 +24,13 @@ class DatasetService(Actor):
         problems = [next(self.train) for _ in range(n)]
         self.drawn += n
         return problems
+
+    @endpoint
+    async def skip(self, n: int) -> None:
+        """Draw n problems and drop them here (a warm start's share of the stream, 76,800 at the tiny default's
+        settings: sending them back would cost more than drawing them)."""
+        deque(itertools.islice(self.train, n), maxlen=0)
+        self.drawn += n
 
     @endpoint
     async def eval_problems(self) -> list[Problem]:

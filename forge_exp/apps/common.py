@@ -132,4 +132,4 @@ def warm_start_draws(cfg) -> int:
 async def skip_warm_start(cfg, dataset: Service) -> None:
     """Draw the problems a warm start takes, and drop them (its weights came from the cache): RL then reads the
     prompts after the warm start's, as it does after a fresh one, so a cache hit changes nothing downstream."""
-    await dataset.route().sample.call_one(warm_start_draws(cfg))
+    await dataset.route().skip.call_one(warm_start_draws(cfg))

@@ -30,6 +30,7 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume=None) -> dict[str,
                          f"and a dataset.eval_size > 0 (null = the whole split)")
     generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed, generator_sizes(cfg))
     samplers = Samplers(generator, **spawn_scorers(cfg, runtime), in_flight=cfg.services.generator.in_flight)
+    tracker.begin()  # the MLflow run is created while the generator starts and evaluates (tracking/mlflow.py)
     t0 = time.perf_counter()
     metrics = await evaluate(cfg, samplers, problems, step=0)
     metrics.update({"eval/problems": float(len(problems)), "eval/seconds": time.perf_counter() - t0})

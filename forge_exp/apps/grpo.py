@@ -191,6 +191,7 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
     else:
         start = await evaluate(cfg, h.samplers, heldout, step=0)
         tracker.log_metrics(start, step=0)
+    tracker.begin()  # every process is up: the MLflow run is created while the first steps run
     state = LoopState(published=first - 1, episodes_added=(first - 1) * a.prompts_per_step * a.group_size)
     if resume and resume.loop:  # the batches the interrupted run had made, and their rollout metrics
         state.episodes_added = resume.loop["episodes_added"]

@@ -40,6 +40,7 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume: ResumeState | Non
     batches = data.train_batches(skip=first - 1)  # the stream is seeded: a resumed run sees the same batches
     trainer = await spawn_trainer(cfg, runtime, str(resume.path) if resume else None,
                                   resume.step if resume else 0, total_steps=cfg.steps)
+    tracker.begin()  # the trainer is up: the MLflow run is created while it works (tracking/mlflow.py)
     if resume:  # the start-of-run evaluation was logged by the run being resumed
         start = {"eval/loss": tracker.metric_at("eval/loss", 0)} if heldout else {}
     else:

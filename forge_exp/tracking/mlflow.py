@@ -5,10 +5,11 @@ costs ~20 ms on a sqlite store, which would dominate a fast CPU step. A batch th
 (a server restarting) is kept, on disk when the run has a directory, and sent again on the next flush; the run goes
 on. tracking/store.py creates the store, probes it, and closes what a dead controller left RUNNING.
 
-Everything that talks to the store runs on one background thread, in call order: importing mlflow (~1.2 s) and
-opening the store and the run (~1-3 s on a fresh sqlite store) overlap with spawning the services instead of
-delaying them (benchmarks/lean.md), and a periodic flush() does not stall the loop. Reading the run's identity
-(`run_id`, `experiment_id`) or anything from the store waits for the thread; send()/commit() return once the rows
+Everything that talks to the store runs on one background thread, in call order, and a periodic flush() does not
+stall the loop. Importing mlflow (~1.2 s) and opening the store and the run (~1-3 s on a fresh sqlite store) wait for
+`begin()`, which the app calls once its processes are up and its first step is under way: on a 2-core machine that
+CPU would otherwise be taken from starting them (benchmarks/lean.md). Reading the run's identity (`run_id`,
+`experiment_id`) or anything from the store begins and waits for the thread; send()/commit() return once the rows
 are stored (checkpoints rely on it); a failure of the thread is raised by the next call to the tracker.
 """
 
@@ -19,6 +20,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -96,9 +98,16 @@ class Tracker:
         self._metrics: list[tuple[str, float, int, int]] = []
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-exp-mlflow")
         self._queued: list[Future] = []
+        self._begun = threading.Event()
         self._opened = self._io.submit(self._open, experiment, run_name, dict(tags or {}), run_id, parent_run_id)
 
+    def begin(self) -> None:
+        """Open the store and the run now (queued calls follow). Called by the app once its first step is under way,
+        and by everything that waits for the store; returns at once."""
+        self._begun.set()
+
     def _open(self, experiment, run_name, tags, run_id, parent_run_id) -> None:
+        self._begun.wait()
         from mlflow.entities import RunTag
         from mlflow.tracking import MlflowClient
 
@@ -128,18 +137,22 @@ class Tracker:
     # --- the run, once open (these wait for the tracker's thread) --------------------------------------------
     @property
     def client(self):
-        self._opened.result()
+        self._wait_open()
         return self._client
 
     @property
     def run_id(self) -> str:
-        self._opened.result()
+        self._wait_open()
         return self._run_id
 
     @property
     def experiment_id(self) -> str:
-        self._opened.result()
+        self._wait_open()
         return self._experiment_id
+
+    def _wait_open(self) -> None:
+        self.begin()
+        self._opened.result()
 
     def _later(self, fn, *args) -> Future:
         """Queue fn(*args) on the tracker's thread, after everything queued before it."""
@@ -149,6 +162,7 @@ class Tracker:
         return future
 
     def _now(self, fn, *args):
+        self.begin()
         return self._later(fn, *args).result()
 
     def _raise_failure(self) -> None:
@@ -276,7 +290,7 @@ class Tracker:
         # held metrics of a failed run are not logged: they would be logged again on resume
         wait_s = self.close_wait_s if wait_s is None else wait_s
         try:
-            self._opened.result()  # a run that could not be opened has nothing to close: its error is raised
+            self._wait_open()  # a run that could not be opened has nothing to close: its error is raised
             done = self._io.submit(self._finish, rows, status, wait_s).result()
             refused = [f.exception() for f in self._queued if f.exception() is not None]
             if done and refused:  # an artifact the store did not take (when the store is down, the line
@@ -323,6 +337,7 @@ class Tracker:
         status = getattr(exc, "run_status", None) or ("KILLED" if issubclass(exc_type, KeyboardInterrupt) else
                                                       "FAILED")
         with contextlib.suppress(Exception):  # the error is what matters; MLflow may be the thing that is down
+            self.begin()
             why = (str(exc) or exc_type.__name__).splitlines()[0][:5000]
             key = "forge_exp.error" if status == "FAILED" else "forge_exp.stop"
             self._io.submit(lambda: self._client.set_tag(self._run_id, key, why)).result()  # not queued: a

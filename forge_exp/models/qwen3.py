@@ -84,12 +84,11 @@ class Qwen3Config:
         from transformers import Qwen3Config as HFConfig  # at save time only: ~0.4 s to import
 
         fields = dataclasses.asdict(self)
-        theta = fields.pop("rope_theta")
         del fields["attn_implementation"]
-        hf = HFConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": theta},
-                      architectures=["Qwen3ForCausalLM"])
-        hf.dtype = dtype
-        return hf.to_dict()
+        # rope_theta: 4.x's argument, which 5.x turns into its rope_parameters
+        config = HFConfig(**fields, architectures=["Qwen3ForCausalLM"]).to_dict()
+        config["dtype" if "dtype" in config else "torch_dtype"] = str(dtype).removeprefix("torch.")
+        return config
 
 
 class CausalLMOutput(NamedTuple):

@@ -146,3 +146,18 @@ def test_activation_checkpointing_gives_the_same_gradients(pair):
         grads.append([p.grad.clone() for p in ours.parameters()])
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_a_non_default_rope_theta_and_dtype_reach_transformers(tmp_path):
+    from forge_exp.models.qwen3 import Qwen3Config
+
+    torch.manual_seed(0)
+    ours = Qwen3ForCausalLM(Qwen3Config(vocab_size=len(TOK), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, head_dim=16, rope_theta=500.0))
+    theirs = hf_twin(ours, tmp_path)
+    assert theirs.config.rope_parameters["rope_theta"] == 500.0
+    ids = torch.tensor(encode(PROMPTS[1:2]))
+    with torch.no_grad():
+        assert torch.allclose(ours(input_ids=ids).logits, theirs(input_ids=ids).logits, atol=1e-5, rtol=0)
+    ours.to(torch.bfloat16).save_pretrained(tmp_path / "half")
+    assert json.loads((tmp_path / "half" / "config.json").read_text())["dtype"] == "bfloat16"

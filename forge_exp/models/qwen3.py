@@ -302,22 +302,26 @@ class Qwen3ForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = Qwen3Model(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        # A tied head is the embedding: built without an init of its own (as transformers builds it), so that the
+        # random init below draws what transformers' Qwen3ForCausalLM draws under the same seed
+        head = nn.utils.skip_init if config.tie_word_embeddings else lambda cls, *a, **k: cls(*a, **k)
+        self.lm_head = head(nn.Linear, config.hidden_size, config.vocab_size, bias=False)
+        self.tie_weights()
         self.init_weights()
 
     def init_weights(self) -> None:
-        """transformers' initialisation: normal(0, initializer_range) for linear and embedding weights, zero biases
-        and padding embedding, norms at one; then ties the head to the embedding when the config says so."""
-        std = self.config.initializer_range
+        """transformers' initialisation, in its order: normal(0, initializer_range) for each linear and embedding
+        weight once (a tied head is the embedding), zero biases and padding embedding; norms stay at one."""
+        std, drawn = self.config.initializer_range, set()
         with torch.no_grad():
             for m in self.modules():
-                if isinstance(m, (nn.Linear, nn.Embedding)):
+                if isinstance(m, (nn.Linear, nn.Embedding)) and id(m.weight) not in drawn:
+                    drawn.add(id(m.weight))
                     m.weight.normal_(0.0, std)
                 if isinstance(m, nn.Linear) and m.bias is not None:
                     m.bias.zero_()
                 if isinstance(m, nn.Embedding) and m.padding_idx is not None:
                     m.weight[m.padding_idx].zero_()
-        self.tie_weights()
 
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:

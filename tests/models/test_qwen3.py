@@ -161,3 +161,19 @@ def test_a_non_default_rope_theta_and_dtype_reach_transformers(tmp_path):
         assert torch.allclose(ours(input_ids=ids).logits, theirs(input_ids=ids).logits, atol=1e-5, rtol=0)
     ours.to(torch.bfloat16).save_pretrained(tmp_path / "half")
     assert json.loads((tmp_path / "half" / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_a_fresh_tiny_model_is_transformers_init_under_the_same_seed():
+    """The default's warm start (and so its whole run) starts from the numbers transformers' model would draw."""
+    from forge_exp.models.tiny import qwen3
+
+    ours = qwen3(vocab_size=len(TOK), hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                 intermediate_size=96, max_position_embeddings=64, pad_id=0, bos_id=2, eos_id=1, seed=5)
+    config = HFConfig(vocab_size=len(TOK), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+                      tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1)
+    torch.manual_seed(5)
+    theirs = HFQwen3(config)
+    assert ours.lm_head.weight is ours.model.embed_tokens.weight
+    for name, t in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], t), name

@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("transformers.modeling_utils", "mlflow", "torch._dynamo")
+HEAVY = ("transformers.modeling_utils", "mlflow", "torch._dynamo", "sympy")
 
 
 def loaded_after(code: str) -> dict[str, bool]:
@@ -25,12 +25,12 @@ def test_light_services_load_no_modeling_code():
         "from forge_exp.models.tiny import TinyQwen3\n"
         "assert TinyQwen3().tokenizer().encode('1+2=')  # what the dataset service builds"
     )
-    assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False}
+    assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False, "sympy": False}
 
 
 def test_the_controller_imports_its_loop_without_modeling_code_or_mlflow():
     loaded = loaded_after("import forge_exp.cli, forge_exp.apps.grpo, forge_exp.apps.preflight, forge_exp.tracking.mlflow")
-    assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False}
+    assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False, "sympy": False}
 
 
 def test_the_tiny_model_is_built_saved_and_loaded_without_modeling_code_or_dynamo(tmp_path):
@@ -40,7 +40,7 @@ def test_the_tiny_model_is_built_saved_and_loaded_without_modeling_code_or_dynam
         f"TinyQwen3().build().save_pretrained({str(tmp_path)!r}); TinyQwen3().tokenizer().save_pretrained({str(tmp_path)!r})\n"
         f"spec = TinyQwen3(path={str(tmp_path)!r}); spec.build(); spec.tokenizer()"
     )
-    assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False}
+    assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False, "sympy": False}
 
 
 def test_a_released_model_still_loads_transformers_modeling_code(tmp_path):

@@ -302,10 +302,11 @@ class Qwen3ForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = Qwen3Model(config)
-        # A tied head is the embedding: built without an init of its own (as transformers builds it), so that the
-        # random init below draws what transformers' Qwen3ForCausalLM draws under the same seed
-        head = nn.utils.skip_init if config.tie_word_embeddings else lambda cls, *a, **k: cls(*a, **k)
-        self.lm_head = head(nn.Linear, config.hidden_size, config.vocab_size, bias=False)
+        # A tied head is the embedding: its own init draws from a forked RNG (transformers' leaves the global one
+        # untouched there), so that the random init below draws what transformers' Qwen3ForCausalLM draws under
+        # the same seed
+        with torch.random.fork_rng(devices=[], enabled=config.tie_word_embeddings):
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
         self.init_weights()
 

@@ -105,10 +105,12 @@ def launch(cmd: list[str], log: Path, env: dict[str, str] | None = None, cwd: st
 
 
 def commit(tree) -> str:
-    """`<short hash> <subject>` of a source tree's checkout, marked when its files differ from that commit."""
+    """`<short hash> <subject>` of a source tree's checkout, marked when its files differ from that commit (the
+    results this script and profile_forge.py write as they run do not count)."""
     git = ["git", "-C", str(tree)]
     head = subprocess.run([*git, "log", "-1", "--format=%h %s"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":(exclude)benchmarks/results"], capture_output=True, text=True)
     return head + (" + changes" if dirty.stdout.strip() else "")
 
 

@@ -186,15 +186,24 @@ class Attention(nn.Module):
         q, k = rotate(q, *rope), rotate(k, *rope)
         if cache is not None:
             k, v = cache.update(k, v, self.layer)
-        if self.num_kv_heads != self.num_heads:
-            k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
-            v = v.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+        # grouped-query attention as transformers runs it: inside SDPA when no mask is needed, else each kv head
+        # repeated (the same kernels, so the same numbers)
+        gqa = self.num_kv_heads != self.num_heads
+        if gqa and (mask is not None or self.eager):
+            k, v = repeat_kv(k, self.num_heads // self.num_kv_heads), repeat_kv(v, self.num_heads // self.num_kv_heads)
+            gqa = False
         if self.eager:
             out = eager_attention(q, k, v, mask, self.scaling)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1,
-                                                 scale=self.scaling)
+                                                 scale=self.scaling, enable_gqa=gqa)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+def repeat_kv(x: torch.Tensor, n: int) -> torch.Tensor:
+    """[B, Hkv, T, D] → [B, Hkv·n, T, D], each kv head n times in a row (by expand, as transformers does)."""
+    B, H, T, D = x.shape
+    return x[:, :, None].expand(B, H, n, T, D).reshape(B, H * n, T, D)
 
 
 def eager_attention(q, k, v, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
@@ -240,8 +249,8 @@ def build_mask(
 
     Query t sits at index past + t and sees the keys at or before it that the padding mask keeps. Without a padding
     mask, rows whose position ids restart (packed examples, trainers/sft.py) see only their own example, as
-    transformers derives it (a new example wherever a position is not the one before it plus one). Every query also
-    sees itself, so that a row of padding has something to attend to instead of producing NaN."""
+    transformers derives it (a new example wherever a position is not the one before it plus one). A query that
+    would see nothing (left padding) sees itself, so that it gives a finite value instead of NaN."""
     B, T = position_ids.shape
     if past == 0 and attention_mask is None:
         starts = torch.diff(position_ids, dim=-1) != 1
@@ -258,7 +267,7 @@ def build_mask(
     elif past == 0:
         example = F.pad(starts, (1, 0)).cumsum(-1)  # [B, T] which packed example each position belongs to
         allowed = allowed & (example[:, :, None] == example[:, None, :])
-    return (allowed | (k == q)[None])[:, None]
+    return (allowed | ((k == q)[None] & ~allowed.any(-1, keepdim=True)))[:, None]
 
 
 class Qwen3Model(nn.Module):

@@ -83,8 +83,8 @@ class Tracker:
         run_dir: str | os.PathLike | None = None,
         close_wait_s: float = CLOSE_WAIT_S,
     ):
-        """Returns at once; the store and the run are opened on the tracker's thread (see the module docstring).
-        hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once the checkpoint
+        """Returns at once; the store and the run are opened on the tracker's thread once begin() is called (see the
+        module docstring). hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once the checkpoint
         that covers their steps is on disk, so a resumed run logs no step twice. `run_dir`: where the run claims
         its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take."""
         self.uri = uri

@@ -41,6 +41,21 @@ def test_run_holds_params_batched_metrics_and_artifacts(tmp_path):
     assert paths == {"config/resolved.yaml", "samples/completions.json"}
 
 
+def test_the_store_and_the_run_open_at_begin_or_when_something_waits_for_them(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    t = Tracker(uri, "exp", run_name="later")
+    t.log_params({"steps": 5})  # queued behind the open
+    t.log_metrics({"loss": 1.0}, step=1)
+    assert not (tmp_path / "mlflow.db").exists() and not t._opened.done()  # nothing opened before begin()
+    t.begin()
+    t.close()
+    run = MlflowClient(uri).get_run(t.run_id)
+    assert run.info.status == "FINISHED" and run.data.params == {"steps": "5"} and run.data.metrics["loss"] == 1.0
+    waiting = Tracker(uri, "exp")  # nobody calls begin(): asking for the run id opens it
+    assert MlflowClient(uri).get_run(waiting.run_id).info.status == "RUNNING"
+    waiting.close()
+
+
 def test_failed_app_marks_the_run_failed_and_keeps_what_was_logged(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with pytest.raises(RuntimeError):

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from forge_exp.models.hf import DTYPES, ModelSpec, enable_activation_checkpointing
-from forge_exp.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from forge_exp.models.qwen3 import Qwen3ForCausalLM
+from forge_exp.models.qwen3_config import Qwen3Config
 from forge_exp.models.tokenizer import ALPHABET, build_char_tokenizer, load_char_tokenizer
 
 if TYPE_CHECKING:

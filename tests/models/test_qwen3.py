@@ -149,7 +149,7 @@ def test_activation_checkpointing_gives_the_same_gradients(pair):
 
 
 def test_a_non_default_rope_theta_and_dtype_reach_transformers(tmp_path):
-    from forge_exp.models.qwen3 import Qwen3Config
+    from forge_exp.models.qwen3_config import Qwen3Config
 
     torch.manual_seed(0)
     ours = Qwen3ForCausalLM(Qwen3Config(vocab_size=len(TOK), hidden_size=32, intermediate_size=64, num_hidden_layers=1,

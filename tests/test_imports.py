@@ -37,7 +37,8 @@ def test_the_tiny_model_is_built_saved_and_loaded_without_modeling_code_or_dynam
     """models/qwen3.py: what the default's trainer and generator run, fresh or from its warm start."""
     loaded = loaded_after(
         "from forge_exp.models.tiny import TinyQwen3\n"
-        f"TinyQwen3().build().save_pretrained({str(tmp_path)!r}); TinyQwen3().tokenizer().save_pretrained({str(tmp_path)!r})\n"
+        f"TinyQwen3().build().save_pretrained({str(tmp_path)!r})\n"
+        f"TinyQwen3().tokenizer().save_pretrained({str(tmp_path)!r})\n"
         f"spec = TinyQwen3(path={str(tmp_path)!r}); spec.build(); spec.tokenizer()"
     )
     assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False, "sympy": False}

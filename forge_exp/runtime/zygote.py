@@ -55,8 +55,8 @@ def start() -> bool:
 
     Forked from this process when that is safe (one thread, no Monarch, no CUDA, no file it opened itself other than
     its log file: so before the tracker and the mesh), which keeps the torch and transformers modules the input checks imported: the server then imports only
-    the rest (forge_exp's modules, the tiny model's modeling code among them), and shares its pages with this process. Otherwise a fresh
-    interpreter that imports everything."""
+    the rest (forge_exp's modules, the tiny model's modeling code among them), and shares its pages with this
+    process. Otherwise a fresh interpreter that imports everything."""
     global _server, _name
     if _server is not None or not enabled():
         return _server is not None

@@ -84,9 +84,9 @@ class Tracker:
         close_wait_s: float = CLOSE_WAIT_S,
     ):
         """Returns at once; the store and the run are opened on the tracker's thread once begin() is called (see the
-        module docstring). hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once the checkpoint
-        that covers their steps is on disk, so a resumed run logs no step twice. `run_dir`: where the run claims
-        its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take."""
+        module docstring). hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once
+        the checkpoint that covers their steps is on disk, so a resumed run logs no step twice. `run_dir`: where the
+        run claims its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take."""
         self.uri = uri
         self.hold = hold
         self.run_dir = Path(run_dir) if run_dir is not None else None

@@ -2,8 +2,8 @@
 
 The prompts are left-padded into one batch and prefilled once; then every step feeds one token per row and reuses
 the cache (transformers' `DynamicCache`, or the model's own), so a step costs one token of compute, not a full
-recompute. Each row stops on its own at EOS or after `max_new_tokens`; the batch ends when every row has stopped. Tokens are drawn by the
-shared sampler (`models/sampling.py`, noise keyed by (seed, row, step)), so the native engine
+recompute. Each row stops on its own at EOS or after `max_new_tokens`; the batch ends when every row has stopped.
+Tokens are drawn by the shared sampler (`models/sampling.py`, noise keyed by (seed, row, step)), so the native engine
 (`generators/native.py`) reproduces this function token for token; that engine is the fast path.
 
 Behaviour logprobs — the choice the trainer depends on. The logprob returned for a sampled token is its

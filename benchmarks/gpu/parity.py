@@ -72,16 +72,16 @@ def loss_inputs(device: torch.device, dtype: torch.dtype, B: int = 8, T: int = 6
 
 
 def build_family_loss(name: str):
-    from omegaconf import OmegaConf
+    """`algorithm=<name>`'s loss as the run builds it (with an entropy bonus when the family has none, to check it)."""
+    import dataclasses
 
-    from forge_exp.config.algorithm import AlgorithmConfig, build_loss
+    from forge_exp.config.compose import typed
+    from forge_exp.runtime.build import build
 
-    yaml = OmegaConf.load(ROOT / "conf" / "algorithm" / f"{name}.yaml")
-    node = OmegaConf.create({"dataset": {"max_new_tokens": 64}, "algorithm": yaml})
-    algo = AlgorithmConfig(**OmegaConf.to_container(node, resolve=True)["algorithm"])
-    if algo.entropy_coef == 0:
-        algo.loss["entropy_coef"] = 0.01  # exercise the entropy term too
-    return build_loss(algo.loss)
+    loss = typed([f"algorithm={name}", "dataset.max_new_tokens=64"]).algorithm.loss
+    if loss.entropy_coef == 0:
+        loss = dataclasses.replace(loss, entropy_coef=0.01)  # exercise the entropy term too
+    return build(loss, "algorithm.loss")
 
 
 def check_losses(report: Report, device: torch.device) -> None:
@@ -146,7 +146,7 @@ def logprobs_of(model, batch, device):
 
 def check_model(report: Report, device: torch.device) -> None:
     from forge_exp.rl.losses import GRPOLoss
-    from forge_exp.trainers.update import policy_update
+    from forge_exp.trainers.update import Policy, policy_update
 
     model, _ = small_model()
     batch = fixed_batch()
@@ -163,7 +163,8 @@ def check_model(report: Report, device: torch.device) -> None:
         m = on(model, where, dtype)
         before = [p.detach().float().cpu().clone() for p in m.parameters()]
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.99))
-        metrics = policy_update(m, opt, GRPOLoss(beta=0.04), batch, grad_accum=2, max_grad_norm=1.0, temperature=1.0)
+        policy = Policy(torch.device(where), m, None, opt, GRPOLoss(beta=0.04))
+        metrics = policy_update(policy, batch, grad_accum=2, max_grad_norm=1.0, temperature=1.0)
         delta = torch.cat([(p.detach().float().cpu() - b).flatten() for p, b in zip(m.parameters(), before)])
         results.append((dtype, metrics, delta))
     (_, ref_metrics, ref_delta), *on_device = results

@@ -1,5 +1,9 @@
 """CPU vs GPU parity of the losses, the trainer's logprobs and update, and the generator (benchmarks/gpu/parity.py).
-Runs where CUDA exists (the lent GPU machines); CI has none and skips it."""
+Runs where CUDA exists (the lent GPU machines); CI has none and skips it. There, with the installed package (whose
+forge_exp.conf the losses are composed from) ahead of the tree's:
+
+    source benchmarks/gpu/install.sh && pytest -q --import-mode=append tests/gpu
+"""
 
 import importlib.util
 

@@ -84,6 +84,9 @@ def test_cancelled_job_ends_the_sweep_with_a_clear_error(slurm_env, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     cmd = sweep_command("algorithm.beta=0", "algorithm.clip_high=0.2,0.28", "hydra/launcher=submitit_slurm",
                         root=tmp_path, uri=uri)
+    # the child run is created once its first step is under way (tracker.begin()): enough steps after that for
+    # the cancel to land while the job runs (~0.25 s each on an idle 2-core machine)
+    cmd = [c for c in cmd if not c.startswith("steps=")] + ["steps=40"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=isolated(dict(os.environ), tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

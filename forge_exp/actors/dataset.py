@@ -29,7 +29,7 @@ class DatasetService(Actor):
     async def skip(self, n: int) -> None:
         """Draw n problems and drop them here (a warm start's share of the stream, 76,800 at the tiny default's
         settings: sending them back would cost more than drawing them)."""
-        deque(itertools.islice(self.train, n), maxlen=0)
+        drop(self.train, n)
         self.drawn += n
 
     @endpoint
@@ -47,6 +47,10 @@ class DatasetService(Actor):
             self.train = iter(self.factory(*state["position"]))
         else:  # a seeded stream without a position (the synthetic task): draw as many again
             self.train = iter(self.factory())
-            for _ in range(state["drawn"]):
-                next(self.train)
+            drop(self.train, state["drawn"])
         self.drawn = state["drawn"]
+
+
+def drop(stream, n: int) -> None:
+    """Draw n items of `stream` and keep none."""
+    deque(itertools.islice(stream, n), maxlen=0)

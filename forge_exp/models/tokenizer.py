@@ -54,4 +54,3 @@ def load_char_tokenizer(path: str) -> PreTrainedTokenizerFast:
     """The character tokenizer saved in `path` (a warm start or checkpoint of the tiny model). Read as the class it
     is: `AutoTokenizer` would first import transformers' whole tokenizer registry (~0.3 s of every process's start)."""
     return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True, padding_side="left")
-

@@ -64,7 +64,7 @@ class HFTrainer:
         pool.shutdown(wait=False)
         if resume_step:
             self._optimizer.result()
-        self._policy = (device, loss, DTYPES[model.dtype])
+        self.device, self.loss, self.compute_dtype = device, loss, DTYPES[model.dtype]
         self.model = net
         self.step = resume_step
         self.schedule = None
@@ -75,9 +75,8 @@ class HFTrainer:
         return self._optimizer.result()
 
     @functools.cached_property
-    def policy(self) -> Policy:
-        device, loss, dtype = self._policy
-        return Policy(device, self.model, self.tokenizer, self.optimizer, loss, dtype)
+    def policy(self) -> Policy:  # at the first training step: it holds the optimizer
+        return Policy(self.device, self.model, self.tokenizer, self.optimizer, self.loss, self.compute_dtype)
 
     # --- GRPO family ------------------------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch, *, grad_accum: int, max_grad_norm: float, temperature: float,
@@ -98,7 +97,7 @@ class HFTrainer:
         )
 
     def sft_step(self, batch, *, grad_accum: int, max_grad_norm: float) -> dict[str, float]:
-        metrics = sft_update(self.model, self.optimizer, self.policy.loss, batch, grad_accum=grad_accum,
+        metrics = sft_update(self.model, self.optimizer, self.loss, batch, grad_accum=grad_accum,
                              max_grad_norm=max_grad_norm)
         if self.schedule is not None:
             self.schedule.step()

@@ -23,16 +23,18 @@ lock_state() { # daemons started while it is held must get 9>&- (else they keep 
     flock -w 120 9 || { log "ERROR: another start.sh/stop.sh holds $STATE/.lock"; exit 1; }
 }
 
-# pid_alive PID NAME: the process exists, is not a zombie, and its comm is NAME.
+# pid_live PID: the process exists and is not a zombie.
 # (Zombies matter: in some sandboxes PID 1 never reaps orphans, so a dead daemon stays a <defunct> entry.)
-pid_alive() {
-    local pid="$1" name="$2" stat st
+pid_live() {
+    local pid="$1" stat st
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
     stat="$(cat "/proc/$pid/stat" 2>/dev/null)" || return 1
     st="${stat##*) }"; st="${st%% *}"
-    [[ "$st" != Z && "$st" != X ]] || return 1
-    [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$name" ]]
+    [[ "$st" != Z && "$st" != X ]]
 }
+
+# pid_alive PID NAME: pid_live, and its comm is NAME (a pid file's pid may since belong to another process).
+pid_alive() { pid_live "$1" && [[ "$(cat "/proc/$1/comm" 2>/dev/null)" == "$2" ]]; }
 
 read_pid() { [[ -s "$1" ]] && tr -dc '0-9' <"$1" || true; }
 

@@ -16,16 +16,41 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+STARTED=() # pid files of the daemons this run started: a failed start stops them again
+
 die() {
     log "ERROR: $*"
-    local f
+    local f i pid
     for f in "$LOGS/munged.out" "$LOGS/slurmctld.log" "$LOGS/slurmd.log" "$LOGS/slurmctld.out" "$LOGS/slurmd.out"; do
         [[ -s "$f" ]] || continue
         echo "----- tail $f -----" >&2
         tail -n 20 "$f" >&2
     done
+    for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
+        pid="$(read_pid "${STARTED[i]}")"
+        pid_live "$pid" || continue
+        log "stopping pid $pid, started by this run"
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((f = 0; f < 50; f++)); do pid_live "$pid" || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        rm -f "${STARTED[i]}"
+    done
     exit 1
 }
+
+# spawn PIDFILE OUT CMD...: a foreground daemon under setsid (no double fork: no <defunct> intermediates where
+# PID 1 does not reap; the pid recorded is the daemon's), stdout/stderr appended to OUT.
+spawn() {
+    local pidfile="$1" out="$2"
+    shift 2
+    setsid "$@" </dev/null >>"$out" 2>&1 9>&- &
+    echo $! >"$pidfile"
+    STARTED+=("$pidfile")
+}
+
+# up PIDFILE: the daemon just spawned has not exited. Its name is not checked: for a moment after the fork it is
+# still this script or setsid, until the exec.
+up() { pid_live "$(read_pid "$1")"; }
 
 for cmd in munged munge unmunge mungekey slurmctld slurmd sinfo sbatch scontrol squeue scancel srun; do
     command -v "$cmd" >/dev/null ||
@@ -143,13 +168,11 @@ if [[ "$sock" != /run/munge/* ]]; then
             dd if=/dev/urandom of="$MUNGE_DIR/munge.key" bs=1024 count=1 status=none
         chmod 600 "$MUNGE_DIR/munge.key"
         rm -f "$sock" "$sock.lock"
-        setsid munged -F --socket="$sock" --key-file="$MUNGE_DIR/munge.key" --pid-file="$MUNGED_PID" \
-            --log-file="$LOGS/munged.log" --seed-file="$MUNGE_DIR/munged.seed" \
-            </dev/null >>"$LOGS/munged.out" 2>&1 9>&- &
-        echo $! >"$MUNGED_PID"
+        spawn "$MUNGED_PID" "$LOGS/munged.out" munged -F --socket="$sock" --key-file="$MUNGE_DIR/munge.key" \
+            --pid-file="$MUNGED_PID" --log-file="$LOGS/munged.log" --seed-file="$MUNGE_DIR/munged.seed"
         for ((i = 0; i < 100; i++)); do
             munge_ok "$sock" && break
-            running munged "$MUNGED_PID" >/dev/null || break
+            up "$MUNGED_PID" || break
             sleep 0.1
         done
         munge_ok "$sock" || die "munged did not come up on $sock"
@@ -160,14 +183,12 @@ else
 fi
 
 # --- slurmctld -----------------------------------------------------------------------------------------
-# Foreground daemons (-D) under setsid: no double-fork (no <defunct> intermediates where PID 1 does not
-# reap), the pid we record is the daemon's. slurmctld recovers its saved state (jobs, next job id).
+# slurmctld recovers its saved state (jobs, next job id).
 if [[ -z "$ctld_pid" ]]; then
-    setsid slurmctld -D -f "$CONF" </dev/null >>"$LOGS/slurmctld.out" 2>&1 9>&- &
-    echo $! >"$CTLD_PID"
+    spawn "$CTLD_PID" "$LOGS/slurmctld.out" slurmctld -D -f "$CONF"
     for ((i = 0; i < 100; i++)); do
         scontrol ping 2>/dev/null | grep -q UP && break
-        running slurmctld "$CTLD_PID" >/dev/null || die "slurmctld exited"
+        up "$CTLD_PID" || die "slurmctld exited"
         sleep 0.1
     done
     scontrol ping 2>/dev/null | grep -q UP || die "slurmctld does not answer 'scontrol ping'"
@@ -176,8 +197,7 @@ fi
 
 # --- slurmd --------------------------------------------------------------------------------------------
 if [[ -z "$slurmd_pid" ]]; then
-    setsid slurmd -D -f "$CONF" -N "$node" </dev/null >>"$LOGS/slurmd.out" 2>&1 9>&- &
-    echo $! >"$SLURMD_PID"
+    spawn "$SLURMD_PID" "$LOGS/slurmd.out" slurmd -D -f "$CONF" -N "$node"
     log "started slurmd (pid $(read_pid "$SLURMD_PID"))"
 fi
 
@@ -187,7 +207,7 @@ state=""
 for ((i = 0; i < timeout_s * 10; i++)); do
     state="$(sinfo -h -N -n "$node" -o %t 2>/dev/null | head -n1 || true)"
     case "$state" in idle | mix | alloc | comp) break ;; esac
-    running slurmd "$SLURMD_PID" >/dev/null || die "slurmd exited"
+    up "$SLURMD_PID" || die "slurmd exited"
     sleep 0.1
 done
 case "$state" in

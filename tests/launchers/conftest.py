@@ -2,5 +2,6 @@
 fixtures.py, a plugin that tests/conftest.py loads for the whole suite (tests/sweeps and tests/browser use them too)."""
 
 from tests.launchers.fixtures import (  # noqa: F401
-    MLFLOW_SH, SLURM_DIR, live_processes, pid_alive, process_group, run_script, start_cluster,
+    MLFLOW_SH, SBIN_PATH, SLURM_DIR, live_processes, pid_alive, process_group, run_script, slurm_environ,
+    start_cluster, start_env,
 )

@@ -79,10 +79,16 @@ def slurm_environ(state_dir: Path) -> dict[str, str]:
     return env
 
 
-def start_cluster(state_dir: Path) -> tuple[dict[str, str], subprocess.CompletedProcess]:
-    env = dict(os.environ, FORGE_SLURM_STATE_DIR=str(state_dir), PATH=SBIN_PATH)
+def start_env(state_dir: Path, bin_first: Path | None = None) -> dict[str, str]:
+    """start.sh's environment for state_dir; bin_first goes ahead of the system commands on PATH."""
+    path = SBIN_PATH if bin_first is None else os.pathsep.join([str(bin_first), SBIN_PATH])
+    env = dict(os.environ, FORGE_SLURM_STATE_DIR=str(state_dir), PATH=path)
     env.setdefault("FORGE_SLURM_CPUS", str(max(16, os.cpu_count() or 1)))
-    proc = run_script([str(SLURM_DIR / "start.sh")], env)
+    return env
+
+
+def start_cluster(state_dir: Path, bin_first: Path | None = None) -> tuple[dict[str, str], subprocess.CompletedProcess]:
+    proc = run_script([str(SLURM_DIR / "start.sh")], start_env(state_dir, bin_first))
     return slurm_environ(state_dir), proc
 
 

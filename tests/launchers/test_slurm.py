@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -11,7 +12,16 @@ import time
 
 import pytest
 
-from .conftest import SLURM_DIR, live_processes, pid_alive, run_script, start_cluster
+from .conftest import (
+    SBIN_PATH,
+    SLURM_DIR,
+    live_processes,
+    pid_alive,
+    run_script,
+    slurm_environ,
+    start_cluster,
+    start_env,
+)
 
 SACCT = SLURM_DIR / "sacct.py"
 
@@ -133,6 +143,51 @@ def test_start_is_idempotent_and_stop_leaves_no_daemons(slurm_cluster, tmp_path_
     assert live_processes(("slurmstepd", "slurmd", "slurmctld", "munged", "sleep"), env_match=conf_entry) == []
     assert "not running" in run_script([str(SLURM_DIR / "stop.sh")], env).stderr
     # the session cluster is untouched
+    assert "UP" in run_script(["scontrol", "ping"], slurm_cluster).stdout
+
+
+def _shim(bin_dir, name: str, body: str):
+    """An executable bin_dir/name running `body` (sh); bin_dir goes first on start.sh's PATH."""
+    bin_dir.mkdir(exist_ok=True)
+    path = bin_dir / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(90)
+def test_start_waits_for_a_daemon_that_is_slow_to_exec(slurm_cluster, tmp_path_factory):
+    """Right after the fork a daemon's pid still runs setsid (or the script); on a loaded machine that lasts. start.sh
+    read such a pid as an exited daemon and failed, leaving the daemons it had started behind."""
+    state = tmp_path_factory.mktemp("slurm-slow")
+    real_setsid = shutil.which("setsid", path=SBIN_PATH)
+    shims = _shim(state.parent / f"{state.name}-bin", "setsid", f'sleep 1\nexec {real_setsid} "$@"').parent
+    env, proc = start_cluster(state, bin_first=shims)
+    try:
+        assert "started slurmctld" in proc.stderr and "node " in proc.stderr, proc.stderr
+        assert "UP" in run_script(["scontrol", "ping"], env).stdout
+    finally:
+        run_script([str(SLURM_DIR / "stop.sh")], env)
+    assert live_processes(("slurmd", "slurmctld", "munged"), env_match=f"SLURM_CONF={state}/slurm.conf") == []
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(90)
+def test_a_failed_start_stops_what_it_started(slurm_cluster, tmp_path_factory):
+    """slurmd exits at once: start.sh fails naming it, and the munged and slurmctld it had started are stopped."""
+    state = tmp_path_factory.mktemp("slurm-fail")
+    shims = _shim(state.parent / f"{state.name}-bin", "slurmd", "echo 'slurmd: fatal: shimmed' >&2; exit 1").parent
+    env = start_env(state, bin_first=shims)
+    proc = subprocess.run([str(SLURM_DIR / "start.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "ERROR: slurmd exited" in proc.stderr and "slurmd: fatal: shimmed" in proc.stderr, proc.stderr
+    assert "stopping pid" in proc.stderr
+    pids = [int((state / rel).read_text()) for rel in ("run/slurmctld.pid", "munge/munged.pid") if (state / rel).exists()]
+    assert pids == [], "pid files of stopped daemons are removed"
+    # (the daemons' environment has this state dir's SLURM_CONF: exported by start.sh before munged starts)
+    assert live_processes(("slurmd", "slurmctld", "munged"), env_match=f"SLURM_CONF={state}/slurm.conf") == []
+    assert "not running" in run_script([str(SLURM_DIR / "stop.sh")], slurm_environ(state)).stderr
     assert "UP" in run_script(["scontrol", "ping"], slurm_cluster).stdout
 
 

@@ -21,8 +21,11 @@ TORCH=${FORGE_EXP_TORCH:-torch==2.13.0}
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 
 # What the install depends on: a change to any of these makes the next run install again.
-extras=$([[ $TEST == 1 ]] && echo "[sweep,notebook,test,openenv,verifiers,titan]" || echo "")
-stamp=".venv/.forge-exp-setup$( [[ $TEST == 1 ]] && echo -test )"
+# (an `if`, not `[[ ]] && ...` inside $(): under set -e a false test there would end the script, silently)
+extras="" stamp=.venv/.forge-exp-setup
+if [[ $TEST == 1 ]]; then
+  extras="[sweep,notebook,test,openenv,verifiers,titan]" stamp=.venv/.forge-exp-setup-test
+fi
 want=$(cat pyproject.toml launchers/apt-packages.txt tests/browser/package-lock.json 2>/dev/null | sha256sum | cut -c1-16)
 want="$want $TORCH $extras"
 
@@ -41,7 +44,7 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # the torch already there is pinned in the same call, so no extra's dependencies can pull another build
-have_torch="torch==$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])')"
+have_torch="torch==$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)"
 if ! "${PIP[@]}" -e ".$extras" "$have_torch" 2>"$log"; then
   cat "$log" >&2
   exit 1

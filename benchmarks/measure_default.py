@@ -66,6 +66,9 @@ def main() -> None:
     client = MlflowClient(uri)
     run = client.search_runs([e.experiment_id for e in client.search_experiments()])[0]
     m = run.data.metrics
+    trained = m.get("warmstart/steps") is not None
+    if cached and trained:  # the first --cached run of a checkout fills the cache: it measured a cold start
+        sys.exit(f"{cache} was empty: this run trained the warm start into it; run again to measure a cached start")
 
     def history(key: str) -> list[float]:
         return [x.value for x in sorted(client.get_metric_history(run.info.run_id, key), key=lambda x: x.step)]
@@ -78,7 +81,7 @@ def main() -> None:
         "command": "forge-exp " + " ".join(extra) if extra else "forge-exp",
         "commit": commit.stdout.strip(),
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(start)),
-        "warm_start": "cached" if cached else "trained in this run",
+        "warm_start": "trained in this run" if trained else "cached",
         "machine": f"{platform.machine()}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB",
         "wall_seconds": round(wall, 1),
         "warmstart_seconds": round(m.get("warmstart/seconds", 0.0), 1),

@@ -238,10 +238,11 @@ def main() -> None:
     summary = {k: summarize(v) for k, v in runs.items()}
     ratios = {}
     trls = [k for k in ("trl_2threads", "trl_1thread") if k in summary]  # none: forge-exp against itself (--src)
-    for metric in ("median_step_s", "startup_s", "shutdown_s", "wall_s", "cpu_s", "peak_pss_mib") if trls else ():
-        trl = min(summary[k][metric]["median"] for k in trls)
-        for name in [v for v in variants if v.startswith("forge")]:
-            ratios[f"{name}/{metric}"] = round(summary[name][metric]["median"] / trl, 2) if trl else None
+    if trls:
+        for metric in ("median_step_s", "startup_s", "shutdown_s", "wall_s", "cpu_s", "peak_pss_mib"):
+            trl = min(summary[k][metric]["median"] for k in trls)
+            for name in [v for v in variants if v.startswith("forge")]:
+                ratios[f"{name}/{metric}"] = round(summary[name][metric]["median"] / trl, 2) if trl else None
     if "forge_age0" in summary:
         ratios["forge_age1/forge_age0 median_step_s"] = round(
             summary["forge_age1"]["median_step_s"]["median"] / summary["forge_age0"]["median_step_s"]["median"], 2)

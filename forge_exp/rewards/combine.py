@@ -8,6 +8,10 @@ protocol), so a user class plugs in unchanged through `_target_`:
         correct:  {_target_: forge_exp.rewards.math.MathReward, weight: 1.0, rel_tol: 1.0e-4}
         mine:     {_target_: my_pkg.rewards.LengthPenalty, weight: -0.1, max_len: 512}
 
+A function that needs more than the target (a task's own verifier, which reads the problem's metadata) takes a
+`problem` keyword as well and receives the whole rl.types.Problem (rewards/reasoning_gym.py):
+`fn(prompt, response, target, *, problem) -> float`.
+
 A function that raises, or returns NaN, inf or a non-number, scores `failure_value` for that completion only; the
 failure is counted in the components (`failed/<name>` = 1.0) and logged once per function, and the run goes on.
 The config's functions are built (imported, their arguments checked) by forge_exp.runtime.build.build_reward.
@@ -15,6 +19,7 @@ The config's functions are built (imported, their arguments checked) by forge_ex
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +42,7 @@ class WeightedReward:
             if not callable(fn):
                 raise ValueError(f"reward.functions.{name}: {fn!r} is not callable")
         self.functions = {name: (fn, float(weight)) for name, (fn, weight) in functions.items()}
+        self.wants_problem = {name for name, (fn, _) in self.functions.items() if takes_problem(fn)}
         self.failure_value = float(failure_value)
         self.failure_counts = {name: 0 for name in self.functions}
         self.last_errors: dict[str, str] = {}  # name → the function's latest failure, "TypeError: ..."
@@ -45,10 +51,12 @@ class WeightedReward:
     def names(self) -> list[str]:
         return list(self.functions)
 
-    def __call__(self, prompt: str, response: str, target: str) -> tuple[float, dict[str, float]]:
+    def __call__(self, prompt: str, response: str, target: str,
+                 problem: Problem | None = None) -> tuple[float, dict[str, float]]:
         total, components = 0.0, {}
         for name, (fn, weight) in self.functions.items():
-            value = self._score_one(name, fn, prompt, response, target)
+            extra = {"problem": problem} if name in self.wants_problem else {}
+            value = self._score_one(name, fn, prompt, response, target, extra)
             failed = value is None
             value = self.failure_value if failed else value
             components[name] = value
@@ -56,9 +64,10 @@ class WeightedReward:
             total += weight * value
         return total, components
 
-    def _score_one(self, name: str, fn: RewardFn, prompt: str, response: str, target: str) -> float | None:
+    def _score_one(self, name: str, fn: RewardFn, prompt: str, response: str, target: str,
+                   extra: dict[str, Any]) -> float | None:
         try:
-            value = fn(prompt, response, target)
+            value = fn(prompt, response, target, **extra)
             value = float(value)  # bools, ints, numpy and 0-d torch scalars all convert
             if not math.isfinite(value):
                 raise ValueError(f"returned {value}")
@@ -74,6 +83,14 @@ class WeightedReward:
             return None
 
 
+def takes_problem(fn: Callable) -> bool:
+    """Whether `fn` (a function, or an object's __call__) has a `problem` parameter."""
+    try:
+        return "problem" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+
+
 def score_group(
     reward: WeightedReward, problem: Problem, responses: Sequence[str]
 ) -> tuple[list[float], list[dict[str, float]], int]:
@@ -81,7 +98,7 @@ def score_group(
     What the reward worker actor calls for a Group."""
     totals, components, failures = [], [], 0
     for response in responses:
-        total, parts = reward(problem.prompt, response, problem.target)
+        total, parts = reward(problem.prompt, response, problem.target, problem)
         totals.append(total)
         components.append(parts)
         failures += any(parts[f"failed/{name}"] for name in reward.names)

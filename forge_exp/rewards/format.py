@@ -6,13 +6,15 @@ is there. Formats:
     "answer"  <answer> ... </answer>           (the last pair)
     "boxed"   \\boxed{...} or \\fbox{...}       (the last one; nested braces; `\\boxed 5` without braces too)
     "gsm8k"   #### 42                          (the text after the last `####`, to the end of its line)
+    "full"    the whole text, stripped          (for prompts that ask for the bare answer and nothing else)
 """
 
 from __future__ import annotations
 
 import re
 
-ANSWER_FORMATS = ("answer", "boxed", "gsm8k")
+ANSWER_FORMATS = ("answer", "boxed", "gsm8k")  # the default order of MathReward's search
+FORMATS = (*ANSWER_FORMATS, "full")  # every format a reward can read
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*(\{)?")
 _GSM8K = re.compile(r"####[ \t]*([^\n]*)")
@@ -60,16 +62,20 @@ def find_gsm8k(text: str) -> str | None:
     return matches[-1] if matches else None
 
 
-_FINDERS = {"answer": find_answer_tag, "boxed": find_boxed, "gsm8k": find_gsm8k}
+def find_full(text: str) -> str | None:
+    return text.strip() or None
+
+
+_FINDERS = {"answer": find_answer_tag, "boxed": find_boxed, "gsm8k": find_gsm8k, "full": find_full}
 
 
 def check_formats(formats: tuple[str, ...] | list[str], key: str = "formats") -> tuple[str, ...]:
     formats = tuple(formats)
     if not formats:
-        raise ValueError(f"{key} is empty: give at least one of {ANSWER_FORMATS}")
+        raise ValueError(f"{key} is empty: give at least one of {FORMATS}")
     for fmt in formats:
         if fmt not in _FINDERS:
-            raise ValueError(f"{key}: unknown answer format {fmt!r}; choose from {ANSWER_FORMATS}")
+            raise ValueError(f"{key}: unknown answer format {fmt!r}; choose from {FORMATS}")
     return formats
 
 
@@ -117,6 +123,8 @@ class FormatReward:
     @staticmethod
     def _ends_with_single(text: str, fmt: str) -> bool:
         text = text.rstrip()
+        if fmt == "full":  # the answer is the response
+            return True
         if fmt == "answer":
             return text.endswith("</answer>") and text.count("<answer>") == 1
         if fmt == "gsm8k":

@@ -23,6 +23,10 @@ class Problem:
     prompt: str  # text given to the tokenizer (already formatted with any chat template)
     target: str  # the reference answer a reward function compares with
     question: str = ""  # the raw question, before formatting (for logs)
+    task: str = ""  # which task of a mix it comes from ("" for a single-task source): per-task metrics
+    # what the task's own verifier reads besides the target (a reasoning-gym entry: question, answer, metadata);
+    # a reward function that takes a `problem` keyword receives the whole Problem (rewards/combine.py)
+    info: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -124,8 +124,8 @@ def build(node: Any, key: str, *, partial: bool = False, **extra: Any) -> Any:
 def build_reward(reward: Any):
     """The weighted reward of `reward.functions` ({name: {_target_, weight, **kwargs}}): classes are
     instantiated, functions are bound to their keyword arguments; each must be callable as
-    fn(prompt, response, target) -> float."""
-    from forge_exp.rewards.combine import WeightedReward
+    fn(prompt, response, target) -> float (and may take a `problem` keyword: rewards/combine.py)."""
+    from forge_exp.rewards.combine import WeightedReward, takes_problem
 
     functions = {}
     for name, spec in reward.functions.items():
@@ -135,10 +135,10 @@ def build_reward(reward: Any):
         is_function = inspect.isfunction(locate(spec.get("_target_"), where))
         fn = build(spec, where, partial=is_function)
         try:
-            inspect.signature(fn).bind("", "", "")
+            inspect.signature(fn).bind("", "", "", **({"problem": None} if takes_problem(fn) else {}))
         except TypeError:
             raise ValueError(f"{where}._target_: {spec['_target_']} is not a reward function: it must be callable "
-                             "as fn(prompt, response, target) -> float") from None
+                             "as fn(prompt, response, target[, problem=...]) -> float") from None
         except ValueError:  # no signature to read
             pass
         functions[name] = (fn, weight)

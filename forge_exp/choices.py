@@ -7,6 +7,7 @@ LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "fixed_horizon")  # rl/losses/pri
 ADVANTAGES = ("group_norm", "mean", "loo")  # rl/advantages.py
 TARGET_FORMATS = ("gsm8k", "boxed", "raw")  # data/hf.py: extract_target
 DTYPES = ("float32", "bfloat16", "float16")  # models/hf.py
+MODEL_DTYPES = ("auto", *DTYPES)  # model.dtype: auto is bfloat16 where it is native, else float32 (models/precision.py)
 ATTENTION = ("sdpa", "eager")  # transformers attn_implementation
 INFLIGHT_UPDATES = ("keep", "wait")  # generators/vllm.py: requests in flight when new weights arrive
 PARALLELISMS = ("single", "fsdp", "tp", "fsdp_tp")  # trainers/parallel.py: how the trainer shards its model

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 import forge_exp.launch.resources  # noqa: F401 — the resolvers conf/hydra/launcher/*.yaml use
 from forge_exp.apps.faults import EXIT_CONFIG, EXIT_FAILED, NOT_STARTED, STOP, RunFailed, Stopped, stop_signals
 from forge_exp.config.aliases import expand
+from forge_exp.config.enums import plain
 from forge_exp.config.store import register
 from forge_exp.config.validate import ConfigError, suggest, validate
 from forge_exp.runtime.supervision import ServiceFailed
@@ -61,10 +62,12 @@ def run(cfg: DictConfig) -> float | None:
     t0 = time.time()
     try:
         config = validate(cfg)
-        from forge_exp.apps.preflight import check
+        from forge_exp.apps.preflight import check, resolve_model
         from forge_exp.runtime.zygote_server import quiet_load
 
         with quiet_load() if _FORK_SERVER else contextlib.nullcontext():  # forkable after (zygote.start)
+            for note in resolve_model(config):
+                log.info(note)
             check(config)
         if config.cluster.name == "slurm":  # the meshes' hosts come from a SLURM job: its controller must answer
             from forge_exp.launch.sweep import slurm_problem
@@ -114,6 +117,7 @@ def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
     if removed := clean_partial(config.checkpoint.dir):
         log.warning("removed partial checkpoints left by an interrupted save: %s", ", ".join(removed))
     resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    resolved["model"]["dtype"] = plain(config.model.dtype)  # what `auto` became (apps/preflight.resolve_model)
     try:
         tracker = Tracker(
             uri,
@@ -214,6 +218,10 @@ def _print_summary(summary: dict[str, float], tracker, seconds: float) -> None:
         start, end = summary["eval/accuracy_start"], summary["eval/accuracy_end"]
         lines.append(f"  held-out accuracy (greedy): {start:.3f} at the start of RL -> {end:.3f} at the end "
                      f"({end - start:+.3f})")
+        for key in sorted(k for k in summary if k.endswith("/accuracy_end") and k != "eval/accuracy_end"):
+            task = key.split("/")[1]  # eval/<task>/accuracy_end: a mix of tasks
+            start, end = summary.get(f"eval/{task}/accuracy_start", float("nan")), summary[key]
+            lines.append(f"    {task}: {start:.3f} -> {end:.3f} ({end - start:+.3f})")
     if "warmstart/accuracy" in summary:
         lines.append(f"  warm start: {summary['warmstart/seconds']:.0f} s")
     lines.append(f"  MLflow run {tracker.run_id} (experiment id {tracker.experiment_id}) in {tracker.uri}")

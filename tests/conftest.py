@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
 # shared daemons and runs: one SLURM cluster (slurm_cluster, slurm_env), mlflow_server, and the SLURM sweep that
-# tests/sweeps and tests/browser both look at (slurm_sweep)
-pytest_plugins = ["tests.launchers.fixtures", "tests.sweeps.fixtures"]
+# tests/sweeps and tests/browser both look at (slurm_sweep); the real pretrained model (smollm2, smollm2_gguf)
+pytest_plugins = ["tests.launchers.fixtures", "tests.sweeps.fixtures", "tests.models.smollm2"]
 
 
 @pytest.fixture(autouse=True, scope="session")

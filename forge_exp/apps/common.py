@@ -9,7 +9,7 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from forge_exp.apps.rollout import Samplers, sample_groups
+from forge_exp.apps.rollout import Samplers, sample_groups, task_accuracy
 from forge_exp.config.enums import plain
 from forge_exp.envs.report import episode_metrics
 from forge_exp.rl.types import Problem
@@ -17,7 +17,7 @@ from forge_exp.runtime.services import Service
 
 
 async def evaluate(cfg, s: Samplers, problems: list[Problem], step: int) -> dict[str, float]:
-    """Greedy accuracy on the held-out problems; with eval.pass_k > 1 also pass@k at eval.temperature (seeded by
+    """Greedy accuracy on the held-out problems (and each task's, for a mix); with eval.pass_k > 1 also pass@k at eval.temperature (seeded by
     the run's seed and the step). A multi-turn run adds how the policy uses its tools, and, for an environment
     whose tools can be switched off, the accuracy without them (every call answered with an error). No held-out
     problems (dataset.eval_size=0): no metrics."""
@@ -29,6 +29,7 @@ async def evaluate(cfg, s: Samplers, problems: list[Problem], step: int) -> dict
     groups, _ = await sample_groups(cfg, s, problems, 1, 0.0, 1.0)
     out["eval/accuracy"] = statistics.fmean(float(g.correct[0]) for g in groups)
     out["eval/reward"] = statistics.fmean(g.rewards[0] for g in groups)
+    out.update(task_accuracy(groups, "eval"))  # a mix of tasks: each one's own (eval/<task>/accuracy)
     if s.env is not None:
         episodes = episode_metrics(groups)
         out.update({f"eval/{k}": episodes[f"env/{k}"] for k in ("tool_call_rate", "turns_mean", "malformed_rate")})

@@ -302,5 +302,6 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
     tracker.log_metrics(end, step=cfg.steps)
     if state.samples:
         tracker.log_table({k: [row[k] for row in state.samples] for k in state.samples[0]}, "samples/completions.json")
-    return {f"eval/accuracy_{when}": m["eval/accuracy"] for when, m in (("start", start), ("end", end)) if m}
+    return {f"{k}_{when}": v for when, m in (("start", start), ("end", end)) for k, v in m.items()
+            if k.endswith("/accuracy")}  # overall, and each task's of a mix
 

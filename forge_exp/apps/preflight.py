@@ -15,6 +15,28 @@ from forge_exp.runtime.build import build, build_reward, locate
 PREVIEW_ROWS = 5  # rows of a local file read to check the field mapping and the prompt
 
 
+def resolve_model(config: ForgeConfig) -> list[str]:
+    """What the model node leaves to the run, decided once here for every process: a .gguf file's HF folder
+    (dequantized once and cached: models/gguf.py) and `dtype: auto` (models/precision.py). Returns what was decided,
+    one line each, for the log."""
+    from forge_exp.config.enums import plain
+    from forge_exp.models.gguf import check_gguf, ensure_converted, is_gguf
+    from forge_exp.models.precision import auto_dtype
+
+    notes = []
+    if is_gguf(config.model.path):
+        check_gguf(config.model.path)
+        folder = str(ensure_converted(config.model.path))
+        notes.append(f"model.path={config.model.path}: loaded from its HF checkpoint {folder}")
+        config.model.path = folder
+    if plain(config.model.dtype) == "auto":
+        on_gpu = any(getattr(config.services, name).gpus for name in ("trainer", "generator", "ref_model"))
+        dtype, why = auto_dtype(on_gpu)
+        config.model.dtype = type(config.model.dtype)[dtype]
+        notes.append(f"model.dtype=auto: {dtype} ({why})")
+    return notes
+
+
 def check(config: ForgeConfig) -> None:
     import torch
 
@@ -107,6 +129,12 @@ def check_dataset(config: ForgeConfig, model, sft: bool = False) -> None:
     from forge_exp.data.sft import MESSAGES_KEY, check_messages
 
     source = build(config.dataset, "dataset")
+    if hasattr(source, "check"):  # a task generator that checks its own settings (reasoning-gym)
+        source.check()
+        tokenizer = model.tokenizer()
+        train, _ = source.problems(tokenizer)  # formats a prompt: a chat template asked for must be there
+        _check_known_characters(next(iter(train())).prompt, tokenizer, f"dataset={config.dataset.name}")
+        return
     if not isinstance(source, FileProblems):
         return  # the synthetic task is always there; a Hub dataset is opened by the dataset service
     tokenizer = model.tokenizer()
@@ -122,12 +150,15 @@ def check_dataset(config: ForgeConfig, model, sft: bool = False) -> None:
                 prompt = source.format(question, tokenizer)
             except ValueError as e:
                 raise ValueError(f"{where} row {row_number}: {e}") from None
-            unknown = getattr(tokenizer, "unk_token_id", None)
-            if unknown is not None and unknown in tokenizer(prompt)["input_ids"]:
-                raise ValueError(
-                    f"{where} row {row_number}: the prompt has characters the model's tokenizer does not know "
-                    f"({prompt[:60]!r}); for model=tiny write questions in digits and '+-*/= ', or set "
-                    f"dataset.system_prompt / dataset.template")
+            _check_known_characters(prompt, tokenizer, f"{where} row {row_number}")
+
+
+def _check_known_characters(prompt: str, tokenizer, where: str) -> None:
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    if unknown is not None and unknown in tokenizer(prompt)["input_ids"]:
+        raise ValueError(
+            f"{where}: the prompt has characters the model's tokenizer does not know ({prompt[:60]!r}); for "
+            f"model=tiny write questions in digits and '+-*/= ', or set dataset.system_prompt / dataset.template")
 
 
 def check_env(config: ForgeConfig, model) -> None:

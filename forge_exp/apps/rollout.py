@@ -92,14 +92,28 @@ def rollout_metrics(groups: list[Group], multi_turn: bool) -> dict[str, float]:
     """What the scored groups of one batch (every sampling attempt) say: rewards and their parts, accuracy, policy
     age is the caller's; a multi-turn batch adds env/... (envs/report.py)."""
     rewards = [r for g in groups for r in g.rewards]
+    completions = [c for g in groups for c in g.completions]
     out: dict[str, Any] = {
         "reward/mean": statistics.fmean(rewards),
         "reward/std": statistics.pstdev(rewards),
         "reward/failures": float(sum(g.reward_failures for g in groups)),
         "rollout/accuracy": statistics.fmean(float(c) for g in groups for c in g.correct),
+        "rollout/response_length": statistics.fmean(len(c.token_ids) for c in completions),  # tokens
+        "rollout/truncated_frac": statistics.fmean(float(c.truncated) for c in completions),
     }
     if multi_turn:
         out.update(episode_metrics(groups))
     else:
         out.update({f"reward/{k}": v for k, v in component_means(groups).items()})
+    out.update(task_accuracy(groups, "rollout"))
     return out
+
+
+def task_accuracy(groups: list[Group], prefix: str) -> dict[str, float]:
+    """`<prefix>/<task>/accuracy` for each task of a mix (problems that name their task: data/reasoning_gym.py);
+    nothing for a single-task source."""
+    correct: dict[str, list[float]] = {}
+    for g in groups:
+        if g.problem.task:
+            correct.setdefault(g.problem.task, []).extend(float(c) for c in g.correct)
+    return {f"{prefix}/{task}/accuracy": statistics.fmean(values) for task, values in sorted(correct.items())}

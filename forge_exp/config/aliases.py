@@ -6,6 +6,10 @@
 The knob has one home, the loss node (config/algorithm.py); the alias is another name for the same key, expanded
 before Hydra composes, so the composed config, the MLflow params and the sweep's overrides all carry the full
 key. Only names that are a field of some loss schema and not of the algorithm schemas are aliases.
+
+Keys under an open map (OPEN_MAPS: a task's own options, whose names the task defines) may be new: they are set
+with Hydra's `++` (add or override), so `dataset.task_options.chain_sum.max_terms=3` needs no `+`; the task checks
+them before any process starts.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ def _fields(schemas) -> set[str]:
 LOSS_KNOBS = frozenset(_fields(LOSS_SCHEMAS))
 ALGORITHM_KNOBS = frozenset(_fields(ALGORITHM_SCHEMAS))
 ALIASES = {f"algorithm.{k}": f"algorithm.loss.{k}" for k in sorted(LOSS_KNOBS - ALGORITHM_KNOBS)}
+OPEN_MAPS = ("dataset.task_options.",)
 _OVERRIDE = re.compile(r"^(?P<prefix>[+~]{0,2})(?P<key>algorithm\.[A-Za-z_]\w*)(?P<rest>(=.*)?)$", re.S)
 
 
@@ -33,6 +38,8 @@ def expand(overrides: list[str]) -> list[str]:
         m = _OVERRIDE.match(arg)
         if m and m["key"] in ALIASES:
             arg = f"{m['prefix']}{ALIASES[m['key']]}{m['rest']}"
+        elif arg.startswith(OPEN_MAPS) and "=" in arg:
+            arg = f"++{arg}"
         out.append(arg)
     return out
 

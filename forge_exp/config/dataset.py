@@ -4,6 +4,7 @@
     arithmetic       the synthetic task (data/arithmetic.py: ArithmeticTask)
     gsm8k, math      a Hub dataset (data/hf.py: HubProblems), from the local datasets cache when offline
     jsonl, parquet   local files (data/hf.py: FileProblems): dataset.train_path=..., dataset.eval_path=...
+    reasoning_gym    procedural tasks with their own verifiers (data/reasoning_gym.py: ReasoningGymProblems)
 
 Every dataset says how long responses may be (`max_new_tokens`: the generator's budget, DAPO's L_max, Dr. GRPO's
 horizon) — a property of the task.
@@ -11,8 +12,9 @@ horizon) — a property of the task.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 from forge_exp.config.checks import FieldError, at_least, not_empty
 from forge_exp.config.enums import TargetFormat
@@ -62,18 +64,14 @@ class ArithmeticDataset(DatasetBase):
 
 
 @dataclass
-class RowDataset(DatasetBase):
-    """Rows with a question field and an answer field (data/hf.py: RowProblems)."""
+class PromptedDataset(DatasetBase):
+    """Questions formatted into prompts: the tokenizer's chat template with a system prompt, or a plain template
+    (data/prompts.py)."""
 
-    question_key: str = "question"  # row field with the question
-    answer_key: str = "answer"  # row field the target is extracted from
-    target_format: TargetFormat = TargetFormat.raw  # gsm8k: after '####' | boxed: last \boxed{} | raw: as is
-    system_prompt: str = "think_answer"  # preset in data/prompts.py (think_answer, boxed, none) or literal text
+    system_prompt: str = "think_answer"  # preset in data/prompts.py (think_answer, boxed, answer, none) or text
     use_chat_template: Optional[bool] = None  # null: the tokenizer's chat template when it has one
     template: str = PLAIN_TEMPLATE  # without a chat template: the text around {question}
     max_prompt_tokens: int = 512  # longer prompts are skipped, not truncated
-    streaming: bool = False  # read lazily instead of loading (large datasets)
-    shuffle_buffer: int = 1000  # streaming only: rows held for shuffling
 
     @property
     def prompt_budget(self) -> int:
@@ -81,12 +79,26 @@ class RowDataset(DatasetBase):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        not_empty("question_key", self.question_key)
-        not_empty("answer_key", self.answer_key)
         at_least("max_prompt_tokens", self.max_prompt_tokens, 1)
-        at_least("shuffle_buffer", self.shuffle_buffer, 1)
         if "{question}" not in self.template:
             raise FieldError("template", f"must contain a {{question}} placeholder, got {self.template!r}")
+
+
+@dataclass
+class RowDataset(PromptedDataset):
+    """Rows with a question field and an answer field (data/hf.py: RowProblems)."""
+
+    question_key: str = "question"  # row field with the question
+    answer_key: str = "answer"  # row field the target is extracted from
+    target_format: TargetFormat = TargetFormat.raw  # gsm8k: after '####' | boxed: last \boxed{} | raw: as is
+    streaming: bool = False  # read lazily instead of loading (large datasets)
+    shuffle_buffer: int = 1000  # streaming only: rows held for shuffling
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        not_empty("question_key", self.question_key)
+        not_empty("answer_key", self.answer_key)
+        at_least("shuffle_buffer", self.shuffle_buffer, 1)
 
 
 @dataclass
@@ -114,4 +126,38 @@ class FileDataset(RowDataset):
         not_empty("train_path", self.train_path, "data/train.jsonl")
 
 
-DATASET_SCHEMAS = {"arithmetic": ArithmeticDataset, "hub": HubDataset, "files": FileDataset}
+@dataclass
+class ReasoningGymDataset(PromptedDataset):
+    """reasoning-gym tasks: one or a weighted mix, each with its own options; a held-out set per task from seeds
+    the train stream never reaches (data/reasoning_gym.py). Task names and options are checked against
+    reasoning-gym before any process starts (apps/preflight.py)."""
+
+    _target_: str = "forge_exp.data.reasoning_gym.ReasoningGymProblems"
+    name: str = "reasoning_gym"
+    tasks: List[str] = field(default_factory=lambda: ["basic_arithmetic"])
+    weights: Optional[List[float]] = None  # a task's share of the train stream; null = equal
+    task_options: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # task → its own options
+    eval_size: Optional[int] = 100  # held-out problems per task
+    fewshot: int = 0  # solved examples of the task shown before each question
+    fewshot_response: str = "<answer>{answer}</answer>"  # how an example answers; {answer} is its answer
+    system_prompt: str = "answer"
+    max_new_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.tasks:
+            raise FieldError("tasks", "is empty: name at least one reasoning-gym task, e.g. [basic_arithmetic]")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise FieldError("tasks", f"names a task twice: {list(self.tasks)}")
+        if self.weights is not None and not all(math.isfinite(w) and w > 0 for w in self.weights):
+            raise FieldError("weights", f"must be positive numbers, one per task, got {list(self.weights)}")
+        if self.eval_size is None:
+            raise FieldError("eval_size", "must be a number: held-out problems per task (0 = none)")
+        at_least("fewshot", self.fewshot, 0)
+        if "{answer}" not in self.fewshot_response:
+            raise FieldError("fewshot_response", f"must contain an {{answer}} placeholder, got "
+                                                 f"{self.fewshot_response!r}")
+
+
+DATASET_SCHEMAS = {"arithmetic": ArithmeticDataset, "hub": HubDataset, "files": FileDataset,
+                   "reasoning_gym": ReasoningGymDataset}

@@ -9,22 +9,25 @@ from typing import Optional
 
 from forge_exp import choices
 from forge_exp.config.checks import FieldError, at_least, within
-from forge_exp.config.enums import Attention, DType
+from forge_exp.config.enums import Attention, ModelDType
 
 
 @dataclass
 class ModelBase:
     _target_: str = "forge_exp.models.hf.ModelSpec"
     name: str = "model"
-    path: Optional[str] = None  # local HF-format directory (a real model, a warm start, a checkpoint)
-    dtype: DType = DType.bfloat16  # generators and the reference model; trainers keep float32 master weights
+    path: Optional[str] = None  # local HF-format directory (a real model, a warm start, a checkpoint) or .gguf file
+    # generators and the reference model; trainers keep float32 master weights (their compute dtype under
+    # autocast). auto: bfloat16 on GPUs and on CPUs with native bf16, else float32 (models/precision.py)
+    dtype: ModelDType = ModelDType.auto
     attn_implementation: Attention = Attention.sdpa
     gradient_checkpointing: bool = False
 
 
 @dataclass
 class PretrainedModel(ModelBase):
-    """A released model: model.path, or model.hf_id in the local Hugging Face cache (never downloaded)."""
+    """A released model: model.path (an HF folder or a .gguf file, dequantized once: models/gguf.py), or
+    model.hf_id in the local Hugging Face cache (never downloaded)."""
 
     _target_: str = "forge_exp.models.hf.Pretrained"
     hf_id: Optional[str] = None  # e.g. Qwen/Qwen3-1.7B
@@ -61,7 +64,7 @@ class TinyModel(ModelBase):
 
     _target_: str = "forge_exp.models.tiny.TinyQwen3"
     name: str = "tiny"
-    dtype: DType = DType.float32
+    dtype: ModelDType = ModelDType.float32
     hidden_size: int = 128
     num_layers: int = 3
     num_heads: int = 4

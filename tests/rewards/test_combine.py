@@ -134,6 +134,10 @@ def test_every_reward_yaml_builds_and_grades(tmp_path):
         cfg = OmegaConf.to_object(compose_cfg(f"reward={name}")).reward
         reward = build_from_config(cfg)
         if name != "arithmetic":
-            total, parts = reward("Q", "<think>6 times 7</think><answer>42</answer>", "42")
+            problem = None
+            if name == "reasoning_gym":  # the task's own verifier reads the entry
+                entry = {"question": "6 * 7 =", "answer": "42", "metadata": {"source_dataset": "chain_sum"}}
+                problem = Problem("Q", "42", task="chain_sum", info=entry)
+            total, parts = reward("Q", "<think>6 times 7</think><answer>42</answer>", "42", problem)
             assert total == pytest.approx(sum(w for _, w in reward.functions.values())), name
             assert set(parts) == {*reward.names, *(f"failed/{n}" for n in reward.names)}

@@ -1,55 +1,68 @@
 #!/usr/bin/env bash
 # Here (a machine with pip and a package index): download the cp312 manylinux wheels that the lent GPU machines'
-# image lacks (requirements-gpu.txt) into .whl/ (git-ignored), in folders that each fit one device call (64 MiB a
-# call, the working tree included: ~2.5 MB today). torchmonarch (93 MB) is split across them; install.sh puts it
-# back together on the machine, which must stay warm between the calls (30 s): chain them without a pause.
+# image lacks into .whl/ (git-ignored), in folders that each fit one device call (64 MiB a call, the working tree
+# included: ~3 MB today). Any file too big for what is left of a folder is cut into pieces that go on in the next
+# ones (torchmonarch, 93 MB; a .gguf model); install.sh puts them back together on the machine, which must stay warm
+# between the calls (30 s): chain them without a pause.
 #
-#   bash benchmarks/gpu/fetch_wheels.sh     → .whl/p1/ (carry in call 1), .whl/p2/ (call 2), .whl/p3/ (call 3)
+#   bash benchmarks/gpu/fetch_wheels.sh                       # requirements-gpu.txt → .whl/p1 .. p3
+#   bash benchmarks/gpu/fetch_wheels.sh benchmarks/gpu/requirements-real.txt "$(bash launchers/fetch_smollm2.sh)"
+#                                                             # + the real-model benchmark's wheels and model file
+# Arguments: more requirement files (*.txt), and files to carry as they are (anything else). A requirement marked
+# `# sdist` has no wheel on PyPI: it is built here (`pip wheel`; with $PY312, a Python 3.12, where it compiles C).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 HERE=benchmarks/gpu
 DL=.whl/dl
-PART_BYTES=${PART_BYTES:-54000000}   # per call: 64 MiB = 67.1 MB, less the working tree and a wide margin
+PART_BYTES=${PART_BYTES:-60000000}   # per call: 64 MiB = 67.1 MB, less the working tree (~3 MB) and a margin
 PIP=${PIP:-python3 -m pip}
-rm -rf .whl/p[0-9] && mkdir -p "$DL"
+PY312=${PY312:-python3.12}
+REQS=("$HERE/requirements-gpu.txt") BLOBS=()
+for arg in "$@"; do
+  if [[ $arg == *.txt ]]; then REQS+=("$arg"); else BLOBS+=("$arg"); fi
+done
+rm -rf .whl/p[0-9] .whl/p[0-9][0-9] && mkdir -p "$DL"
 
-grep -v -E '^(#|$|antlr4)' $HERE/requirements-gpu.txt | sed 's/ *#.*//' > .whl/reqs.txt
-$PIP download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+cat "${REQS[@]}" | grep -v -E '^(#|$)' | sed 's/ *#.*//' | sort -u > .whl/reqs.txt
+cat "${REQS[@]}" | grep -v '^#' | grep -E '# *sdist' | sed 's/ *#.*//' > .whl/sdists.txt || true
+grep -v -x -F -f .whl/sdists.txt .whl/reqs.txt > .whl/binary.txt || true
+$PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-  --platform manylinux_2_5_x86_64 -d "$DL" -r .whl/reqs.txt
-# hydra-core pins antlr4-python3-runtime 4.9.*, published as an sdist only: build its pure-Python wheel
-$PIP wheel --no-deps -w "$DL" antlr4-python3-runtime==4.9.3
+  --platform manylinux_2_5_x86_64 -d "$DL" -r .whl/binary.txt
+while read -r sdist; do  # pure Python ones build anywhere; one with C (pycosat) needs the target's Python, 3.12
+  if "$PY312" --version >/dev/null 2>&1; then "$PY312" -m pip wheel -q --no-deps -w "$DL" "$sdist"
+  else $PIP wheel -q --no-deps -w "$DL" "$sdist"; fi
+done < .whl/sdists.txt
 
-python3 - "$DL" "$PART_BYTES" <<'PY'
-"""Every wheel goes to p1 except torchmonarch, which fills p1 up to PART_BYTES and goes on in p2, p3, ... (as many
-as it takes); a manifest (sha256, wheel, number of pieces) travels in each."""
-import hashlib, os, re, shutil, sys
-dl, budget = sys.argv[1], int(sys.argv[2])
-reqs = {re.sub(r"[-_.]+", "_", l.split("==")[0]).lower() for l in open(".whl/reqs.txt") if "==" in l} | {"antlr4_python3_runtime"}
-wheels = sorted(f for f in os.listdir(dl) if f.endswith(".whl") and re.sub(r"[-_.]+", "_", f.split("-")[0]).lower() in reqs)
-assert len(wheels) == len(reqs), f"expected {len(reqs)} wheels, found {len(wheels)}: {sorted(reqs - {re.sub(r'[-_.]+', '_', w.split('-')[0]).lower() for w in wheels})}"
-big = next(w for w in wheels if w.startswith("torchmonarch"))
-os.makedirs(".whl/p1")
-manifest, used = [], 0
-for w in wheels:
-    if w == big:
-        continue
-    shutil.copy(os.path.join(dl, w), ".whl/p1/")
-    used += os.path.getsize(os.path.join(dl, w))
-    manifest.append((hashlib.sha256(open(os.path.join(dl, w), "rb").read()).hexdigest(), w, 1))
-data = open(os.path.join(dl, big), "rb").read()
-assert used < budget, f"the other wheels alone ({used} bytes) exceed PART_BYTES"
-cuts = [0, budget - used]
-while cuts[-1] < len(data):
-    cuts.append(cuts[-1] + budget)
-pieces = list(zip(cuts, cuts[1:]))
-for i, (a, b) in enumerate(pieces):
-    os.makedirs(f".whl/p{i + 1}", exist_ok=True)
-    open(f".whl/p{i + 1}/{big}.part-a{chr(ord('a') + i)}", "wb").write(data[a:b])
-manifest.append((hashlib.sha256(data).hexdigest(), big, len(pieces)))
-for i in range(len(pieces)):
-    with open(f".whl/p{i + 1}/manifest.txt", "w") as f:
+python3 - "$DL" "$PART_BYTES" "${BLOBS[@]}" <<'PY'
+"""First fit in order, smallest file first: a file goes whole into the current part when it fits, else it fills
+the part and goes on, in pieces, in the next ones. Every part carries the manifest (sha256, name, pieces)."""
+import hashlib, os, re, sys
+dl, budget, blobs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+norm = lambda s: re.sub(r"[-_.]+", "_", s).lower()
+reqs = {(norm(l.split("==")[0]), l.split("==")[1].strip()) for l in open(".whl/reqs.txt") if l.strip()}
+wheels = {(norm(f.split("-")[0]), f.split("-")[1]): os.path.join(dl, f) for f in os.listdir(dl) if f.endswith(".whl")}
+missing = reqs - set(wheels)  # (.whl/dl keeps older downloads too: only the pinned versions travel)
+assert not missing, f"no wheel for: {sorted(missing)}"
+files = sorted([wheels[r] for r in reqs] + blobs, key=os.path.getsize)
+parts, used, manifest = [[]], 0, []
+for path in files:
+    data = open(path, "rb").read()
+    name, pieces, start = os.path.basename(path), [], 0
+    while start < len(data):
+        room = budget - used
+        if room <= 0 or (start == 0 and len(data) <= budget and len(data) > room):  # whole into a new part
+            parts.append([]); used = 0; continue
+        end = min(len(data), start + room)
+        pieces.append((len(parts), data[start:end])); used += end - start; start = end
+    manifest.append((hashlib.sha256(data).hexdigest(), name, len(pieces)))
+    for i, (part, chunk) in enumerate(pieces):
+        os.makedirs(f".whl/p{part}", exist_ok=True)
+        suffix = f".part-{i:03d}" if len(pieces) > 1 else ""
+        open(f".whl/p{part}/{name}{suffix}", "wb").write(chunk)
+for k in range(1, len(parts) + 1):
+    with open(f".whl/p{k}/manifest.txt", "w") as f:
         f.writelines(f"{h} {w} {n}\n" for h, w, n in manifest)
-    print(f"p{i + 1}", sum(os.path.getsize(f".whl/p{i + 1}/{f}") for f in os.listdir(f".whl/p{i + 1}")), "bytes")
+    print(f"p{k}", sum(os.path.getsize(f".whl/p{k}/{f}") for f in os.listdir(f".whl/p{k}")), "bytes")
 PY

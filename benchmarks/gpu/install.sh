@@ -2,13 +2,14 @@
 # (sourced: it exports PYTHONPATH and PATH). Call it in every call that carries one of .whl/p1, p2, ..., and in later ones.
 #  1. copies the wheels and wheel pieces carried in this call (.whl/*) to /tmp/wheels, which outlives the call
 #     (carried folders are replaced by the next call's; the machine itself stays while warm),
-#  2. puts together and checks (sha256, manifest.txt) every wheel whose pieces are all there, installs it into
-#     /tmp/site with --no-deps (the image has everything else: requirements-gpu.txt says why each one is needed),
+#  2. puts together and checks (sha256, manifest.txt) every file whose pieces are all there: a wheel is installed
+#     into /tmp/site with --no-deps (the image has everything else: requirements-gpu.txt says why each one is
+#     needed), any other file (a model) is kept in /tmp/wheels/files/,
 #  3. once all are in, installs forge_exp itself from this copy of the tree (a regular install: the real
 #     `forge-exp` entry point in /tmp/site/bin, conf/ shipped as forge_exp.conf), again in every call.
 SITE=${SITE:-/tmp/site}
 STASH=${STASH:-/tmp/wheels}
-mkdir -p "$SITE" "$STASH/in" "$STASH/done"
+mkdir -p "$SITE" "$STASH/in" "$STASH/done" "$STASH/files"
 if [ -d .whl ]; then find .whl -path .whl/dl -prune -o -type f -exec cp -f {} "$STASH/in/" \;; fi
 export PYTHONPATH="$SITE" PATH="$SITE/bin:$PATH" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
@@ -25,6 +26,10 @@ _install_wheels() {
     fi
     [ -f "$STASH/in/$name" ] || { echo "install: $name missing"; continue; }
     echo "$sha  $STASH/in/$name" | sha256sum -c --quiet - || { echo "install: $name: checksum mismatch"; return 1; }
+    if [[ $name != *.whl ]]; then  # a file carried as it is
+      mv "$STASH/in/$name" "$STASH/files/$name" && touch "$STASH/done/$name" && done_n=$((done_n + 1))
+      continue
+    fi
     ready+=("$STASH/in/$name")
   done < "$manifest"
   if [ ${#ready[@]} -gt 0 ]; then

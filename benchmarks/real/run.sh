@@ -12,10 +12,12 @@
 #                         a checkpoint, the run KILLED with every step in MLflow) after SWEEP_SECONDS
 #   compare [overrides]   forge-exp for STEPS steps, then TRL for as many training seconds as forge-exp's run took
 #                         (TRL_SECONDS to set them), then the table and the curves (summarize.py)
-# Environment: GGUF (required), OUT (results; default $BENCH/out), BENCH (work dir; /tmp/realbench), STEPS, EXTRA
-# (more overrides for every run, e.g. services=cpu for a CPU check), SWEEP_SECONDS, TRL_SECONDS, PYTHON (summaries;
+# Environment: GGUF (required), RESULTS (default $BENCH/out), BENCH (work dir; /tmp/realbench), STEPS, EXTRA
+# (more overrides for every run, e.g. services=cpu for a CPU check), SWEEP_SECONDS, FORGE_MAX_SECONDS (compare: stop
+# forge-exp after this; 0 = none), TRL_SECONDS (default: forge-exp's
+# training seconds, at most TRL_MAX_SECONDS, 200), PYTHON (summaries;
 # python3), TRL_PYTHON (TRL's side: python3; .venv-trl/bin/python here, from benchmarks/lean/setup_trl.sh).
-# Writes into $OUT: <name>.config.yaml (`forge-exp ... --cfg job`: what the numbers describe), <name>.log, and for
+# Writes into $RESULTS: <name>.config.yaml (`forge-exp ... --cfg job`: what the numbers describe), <name>.log, and for
 # compare: trl.json, trl.log, real.json and real.png.
 set -euo pipefail
 MODE=${1:?sweep "OVERRIDES" .. | compare [overrides]}
@@ -23,7 +25,7 @@ shift
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 : "${GGUF:?GGUF=<path of SmolLM2-135M-Instruct.Q4_1.gguf>}"
 BENCH=${BENCH:-/tmp/realbench}
-OUT=${OUT:-$BENCH/out}
+OUT=${RESULTS:-$BENCH/out}
 STEPS=${STEPS:-400}
 PYTHON=${PYTHON:-python3}
 TRL_PYTHON=${TRL_PYTHON:-python3}
@@ -69,13 +71,13 @@ case $MODE in
     ;;
   compare)
     start=$(date +%s)
-    forge forge 0 "$@" || echo "forge-exp exited with $?"
+    forge forge "${FORGE_MAX_SECONDS:-0}" "$@" || echo "forge-exp exited with $?"
     tail -n 8 "$OUT/forge.log"
     read -r -a a <<< "$(args trl "$@")"
-    seconds=${TRL_SECONDS:-$("$PYTHON" - "$BENCH/forge/mlflow.db" <<'PY'
+    seconds=${TRL_SECONDS:-$("$PYTHON" - "$BENCH/forge/mlflow.db" "${TRL_MAX_SECONDS:-200}" <<'PY'
 import sqlite3, sys
-print(round(sum(v for (v,) in sqlite3.connect(sys.argv[1]).execute(
-    "select value from metrics where key='time/step_seconds'"))))
+print(min(float(sys.argv[2]), round(sum(v for (v,) in sqlite3.connect(sys.argv[1]).execute(
+    "select value from metrics where key='time/step_seconds'")))))
 PY
 )}
     echo "TRL for $seconds s of training; forge-exp took $(( $(date +%s) - start )) s in all"

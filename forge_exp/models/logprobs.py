@@ -196,10 +196,15 @@ _COMPILED: dict = {}
 def _kernel(fn, device: torch.device):
     """`fn` compiled on CUDA (the elementwise work over a [chunk, V] block fuses into one pass instead of ~10),
     plain elsewhere (CPU tests need no compiler)."""
-    if device.type != "cuda":
-        return fn
+    return compiled(fn) if device.type == "cuda" else fn
+
+
+def compiled(fn):
+    """`fn` through torch.compile, once per process."""
     if fn not in _COMPILED:
-        _COMPILED[fn] = torch.compile(fn, fullgraph=True, dynamic=False)
+        # dynamic: the row count of a chunk changes with every batch (the last chunk; short batches), and a static
+        # kernel per size would recompile past dynamo's limit (a hard failure with fullgraph) on real, varied data
+        _COMPILED[fn] = torch.compile(fn, fullgraph=True, dynamic=True)
     return _COMPILED[fn]
 
 

@@ -42,3 +42,27 @@ def test_temperature_zero_is_greedy_scale_one():
     hidden, weight = torch.randn(4, 8, generator=g), torch.randn(20, 8, generator=g)
     targets = torch.randint(0, 20, (4,), generator=g)
     assert torch.equal(head_logprobs(hidden, weight, targets, 0.0)[0], head_logprobs(hidden, weight, targets, 1.0)[0])
+
+
+@pytest.mark.slow  # Inductor compiles C++ on this CPU (~1 min on 2 cores)
+def test_the_compiled_chunk_kernels_take_every_row_count_without_recompiling():
+    """On CUDA the chunk kernels run compiled with fullgraph=True. Real batches give the last chunk a different row
+    count every step; a static kernel per size hit dynamo's recompile limit (8), a hard failure, on the ninth size.
+    Compiled here as there (one process-wide kernel per function), over more sizes than the limit."""
+    import torch._dynamo
+
+    from forge_exp.models import logprobs
+
+    torch._dynamo.reset()
+    logprobs._COMPILED.clear()
+    row_sums, logit_grad = logprobs.compiled(logprobs._row_sums), logprobs.compiled(logprobs._logit_grad)
+    g = torch.Generator().manual_seed(0)
+    for n in (7, 13, 64, 3, 100, 5, 9, 11, 17, 21, 33):
+        logits = torch.randn(n, 300, generator=g)
+        m, targets, local = logits.max(-1).values, torch.randint(0, 300, (n,), generator=g), torch.ones(n)
+        for a, b in zip(row_sums(logits, m, targets, local, 0.7), logprobs._row_sums(logits, m, targets, local, 0.7)):
+            torch.testing.assert_close(a, b)
+        lse, ent, g_lp, g_h = torch.randn(4, n, generator=g)
+        torch.testing.assert_close(logit_grad(logits, lse, ent, g_lp, g_h, targets, local, 0.7),
+                                   logprobs._logit_grad(logits, lse, ent, g_lp, g_h, targets, local, 0.7))
+    logprobs._COMPILED.clear()

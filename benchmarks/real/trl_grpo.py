@@ -18,24 +18,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
 
-import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
-
-from forge_exp.apps.preflight import resolve_model  # noqa: E402
-from forge_exp.config.compose import typed  # noqa: E402
-from forge_exp.config.enums import plain  # noqa: E402
-from forge_exp.models.hf import load_tokenizer  # noqa: E402
-from forge_exp.runtime.build import build, build_reward  # noqa: E402
+# forge-exp as installed (its config groups are the package forge_exp.conf), not the source tree
+from forge_exp.apps.preflight import resolve_model
+from forge_exp.config.compose import typed
+from forge_exp.config.enums import plain
+from forge_exp.models.hf import load_tokenizer
+from forge_exp.runtime.build import build, build_reward
 
 LOSS_TYPES = {"seq_mean": "grpo", "token_mean": "bnpo"}  # forge-exp's loss_agg → TRL's loss_type
 SCALE = {"group_norm": "group", "mean": "none"}  # forge-exp's advantage → TRL's scale_rewards

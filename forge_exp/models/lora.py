@@ -207,3 +207,7 @@ def merge_main(argv: list[str] | None = None) -> None:
     out = save_hf_checkpoint(model, load_tokenizer(args.adapter), args.out)
     print(f"forge-exp-merge: {args.adapter} merged into {base}: {out}")
 
+
+
+if __name__ == "__main__":
+    merge_main()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import sys
 
 import pytest
 import torch
@@ -190,3 +191,18 @@ def test_warm_start_trains_the_base_and_adapters_start_fresh_on_it(tmp_path):
     assert all(torch.equal(p, q) for p, q in zip(fresh, t.published().values()))  # the same init as a cached run's
     b = batch(1)
     assert torch.equal(logprobs(t.model, b), logprobs(warm, b))  # B = 0: the adapted model is the warm base
+
+
+def test_bad_adapters_are_one_line_before_anything_starts(monkeypatch):
+    from forge_exp.apps.preflight import check_lora
+
+    with pytest.raises(ValueError, match=r"^model\.lora\.target_modules: the model has no wq, c_attn; its linear "
+                                         r"modules are down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj$"):
+        check_lora(spec(target_modules=["q_proj", "wq", "c_attn"]))
+    with pytest.raises(ValueError, match=r"^model\.lora\.layers: the model has layers 0\.\.1, got 2$"):
+        check_lora(spec(layers=[0, 2]))
+    check_lora(spec(target_modules=["q_proj", "v_proj"], layers=[1]))  # a subset is fine
+    monkeypatch.setitem(sys.modules, "peft", None)  # as if it were not installed
+    with pytest.raises(ValueError, match=r"^model\.lora needs peft, which is not installed: "
+                                         r"pip install 'forge-exp\[lora\]'"):
+        check_lora(spec())

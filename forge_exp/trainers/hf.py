@@ -142,6 +142,7 @@ class HFTrainer:
                             batch_size=batch_size, target_accuracy=target_accuracy)
         save_hf_checkpoint(model, self.tokenizer, directory)
         if self.lora:
+            model.zero_grad(set_to_none=True)  # the warm start's last gradients would count in every clipped norm
             self._base_source = str(Path(directory).resolve())
             self.model = self._adapt(model)
             self._optimizer = self._start(self._adamw)

@@ -191,6 +191,10 @@ def test_warm_start_trains_the_base_and_adapters_start_fresh_on_it(tmp_path):
     assert all(torch.equal(p, q) for p, q in zip(fresh, t.published().values()))  # the same init as a cached run's
     b = batch(1)
     assert torch.equal(logprobs(t.model, b), logprobs(warm, b))  # B = 0: the adapted model is the warm base
+    cached = trainer(str(tmp_path / "warm"))  # a later run, loading the cached warm start, trains as this one does
+    train(t, 2)
+    train(cached, 2)
+    assert all(torch.equal(p, q) for p, q in zip(t.published().values(), cached.published().values()))
 
 
 def test_bad_adapters_are_one_line_before_anything_starts(monkeypatch):

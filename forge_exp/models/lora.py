@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 ADAPTER_CONFIG = "adapter_config.json"
 INSTALL = "pip install 'forge-exp[lora]'"
-# What model.lora.target_modules=null adapts: every projection of attention and MLP ("LoRA Without Regret",
-# Schulman et al. 2025: attention-only LoRA underperforms in RL and SFT alike). The tiny model is a Qwen3.
+# What model.lora.target_modules=null adapts: every projection of attention and MLP (attention-only LoRA falls
+# behind: "LoRA Without Regret", Schulman et al. 2025, https://thinkingmachines.ai/blog/lora/). The tiny model is a
+# Qwen3.
 DEFAULT_TARGETS = {
     arch: ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     for arch in ("qwen3", "llama", "qwen2")
@@ -51,9 +52,9 @@ class Lora:
 
     rank: int
     alpha: float
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] | None = None  # None: DEFAULT_TARGETS of the model's architecture
-    layers: tuple[int, ...] | None = None  # None: every decoder layer
+    dropout: float
+    target_modules: tuple[str, ...] | None  # None: DEFAULT_TARGETS of the model's architecture
+    layers: tuple[int, ...] | None  # None: every decoder layer
 
     @classmethod
     def of(cls, node: dict | None) -> "Lora | None":
@@ -61,8 +62,8 @@ class Lora:
         if not node or node.get("rank") is None:
             return None
         tup = lambda v: tuple(v) if v is not None else None
-        return cls(int(node["rank"]), float(node["alpha"]), float(node.get("dropout", 0.0)),
-                   tup(node.get("target_modules")), tup(node.get("layers")))
+        return cls(int(node["rank"]), float(node["alpha"]), float(node["dropout"]), tup(node["target_modules"]),
+                   tup(node["layers"]))
 
     @property
     def scaling(self) -> float:

@@ -1,4 +1,4 @@
-"""LoRA end to end on the default task (`model=tiny_lora`), real processes: GRPO with the KL term, whose reference is
+"""LoRA end to end on the default task (`experiment=tiny_lora`), real processes: GRPO with the KL term, whose reference is
 the trainer's own base with its adapters off (no reference process), learns; the weight pushes carry the adapters
 alone; the checkpoint is an adapter that `model.path=` evaluates and forge-exp-merge merges to the same accuracy;
 SFT trains adapters through the same keys."""
@@ -24,7 +24,7 @@ ADAPTER_BYTES = 4 * 3 * 8 * ((128 + 128) + 2 * (128 + 64) + (128 + 128) + 3 * (1
 def test_lora_grpo_learns_with_the_base_as_reference(tmp_path, warmstart_cache):
     ckpt = tmp_path / "ckpt"
     _, client, run = run_experiment(
-        tmp_path / "grpo", "model=tiny_lora", "algorithm.loss.beta=0.04", f"steps={STEPS}", "dataset.eval_size=200",
+        tmp_path / "grpo", "experiment=tiny_lora", "algorithm.loss.beta=0.04", f"steps={STEPS}", "dataset.eval_size=200",
         f"checkpoint.every={STEPS}", f"checkpoint.dir={ckpt}", f"model.warmstart.cache_dir={warmstart_cache}")
     assert run.info.status == "FINISHED"
     rewards = metric_history(client, run, "reward/mean")
@@ -56,7 +56,7 @@ def test_lora_grpo_learns_with_the_base_as_reference(tmp_path, warmstart_cache):
 
 
 def test_lora_sft_trains_adapters(tmp_path):
-    _, client, run = run_experiment(tmp_path, "algorithm=sft", "model=tiny_lora", "steps=30", "eval.every=0")
+    _, client, run = run_experiment(tmp_path, "algorithm=sft", "model.lora.rank=8", "steps=30", "eval.every=0")
     losses = metric_history(client, run, "eval/loss")
     assert losses[-1] < losses[0], losses
     final = tmp_path / "run" / "checkpoints" / "final"

@@ -26,14 +26,15 @@ def history(uri: str) -> dict[str, list[tuple[int, float]]]:
 
 
 # LoRA: the checkpoint is the adapter (and its optimizer state); a resumed run puts it back on the base it names
-@pytest.mark.parametrize("model,weights", [("tiny", "model.safetensors"), ("tiny_lora", "adapter_model.safetensors")])
-def test_stopped_and_resumed_equals_uninterrupted(tmp_path, warmstart_cache, model, weights):
+@pytest.mark.parametrize("extra,weights", [([], "model.safetensors"),
+                                           (["experiment=tiny_lora"], "adapter_model.safetensors")], ids=["full", "lora"])
+def test_stopped_and_resumed_equals_uninterrupted(tmp_path, warmstart_cache, extra, weights):
     a = tmp_path / "a"
-    rc, _, err = Run(cli(a, warmstart_cache, *ARGS, f"model={model}")).finish(400)
+    rc, _, err = Run(cli(a, warmstart_cache, *ARGS, *extra)).finish(400)
     assert rc == 0, err[-3000:]
 
     b = tmp_path / "b"
-    cmd = cli(b, warmstart_cache, *ARGS, f"model={model}")
+    cmd = cli(b, warmstart_cache, *ARGS, *extra)
     first = Run(cmd)
     first.wait_for(b / "run" / "checkpoints" / "step_0000004" / "metrics_flushed")
     time.sleep(1.0)

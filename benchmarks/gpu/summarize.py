@@ -26,7 +26,7 @@ N_LAYERS = L * (D * H * HD + 2 * D * KV * HD + H * HD * D + 3 * D * FF)  # atten
 KEYS = (
     "time/step_seconds", "time/wait_seconds", "train/seconds", "train/tokens_per_s", "generator/seconds",
     "generator/tokens", "generator/tokens_per_s", "generator/sync_seconds", "sync/seconds", "train/policy_age",
-    "rollout/policy_age", "loss/total", "reward/mean", "train/grad_norm",
+    "rollout/policy_age", "loss/total", "reward/mean", "train/grad_norm", "sync/bytes",
 )
 
 
@@ -52,6 +52,15 @@ def metric_history(db: str) -> tuple[dict[str, dict[int, float]], str]:
     for key in KEYS:
         out[key] = {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
     return out, run.info.run_id
+
+
+def shape(config: dict) -> None:
+    """Take the model's dimensions from its config.json instead of Qwen3-1.7B's (the FLOP counts read them)."""
+    global L, D, H, KV, HD, FF, V, N_LAYERS
+    L, D, H = config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"]
+    KV, FF, V = config["num_key_value_heads"], config["intermediate_size"], config["vocab_size"]
+    HD = config.get("head_dim") or D // H
+    N_LAYERS = L * (D * H * HD + 2 * D * KV * HD + H * HD * D + 3 * D * FF)
 
 
 def memory(path: Path) -> dict:
@@ -81,14 +90,19 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--layout", required=True)
     p.add_argument("--db", required=True)
-    p.add_argument("--mem", type=Path, required=True)
-    p.add_argument("--peak", type=Path, required=True)
+    p.add_argument("--mem", type=Path, help="nvidia-smi's log (none on CPU: no memory figures)")
+    p.add_argument("--peak", type=Path, help="peak.py's measurement (none on CPU: no MFU)")
+    p.add_argument("--model-config", type=Path, help="the model's config.json (default: the Qwen3-1.7B shape above)")
+    p.add_argument("--lora", action="store_true",
+                   help="LoRA: training is 2 forwards' FLOPs (no weight gradients for the frozen base), not 3")
     p.add_argument("--rows", type=int, default=32, help="sequences per step (prompts_per_step × group_size)")
     p.add_argument("--prompt", type=int, default=256)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--command", default="")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
+    if args.model_config:
+        shape(json.loads(args.model_config.read_text()))
 
     history, run_id = metric_history(args.db)
     steps = sorted(history["time/step_seconds"])
@@ -98,10 +112,10 @@ def main() -> None:
         values = [history[key][s] for s in kept if s in history[key]]
         return statistics.median(values) if values else None
 
-    peak = json.loads(args.peak.read_text())
-    matmul = statistics.median(d["bf16_matmul_tflops"] for d in peak["devices"]) * 1e12
+    peak = json.loads(args.peak.read_text()) if args.peak else None
+    matmul = statistics.median(d["bf16_matmul_tflops"] for d in peak["devices"]) * 1e12 if peak else float("nan")
     response = (med("generator/tokens") or 0) / args.rows  # mean completion length of a generate call
-    train_flops = 3 * forward_flops(args.rows, args.prompt, response)
+    train_flops = (2 if args.lora else 3) * forward_flops(args.rows, args.prompt, response)
     gen_flops = generation_flops(args.rows, args.prompt, response)
     train_s, gen_s = med("train/seconds"), med("generator/seconds")
     result = {
@@ -121,6 +135,7 @@ def main() -> None:
         "generate_seconds": gen_s,
         "generation_tokens_per_s": med("generator/tokens_per_s"),
         "weight_push_seconds": med("sync/seconds"),
+        "weight_push_bytes": med("sync/bytes"),
         "generator_load_seconds": med("generator/sync_seconds"),
         "train_policy_age": med("train/policy_age"),
         "train_mfu": train_flops / train_s / matmul if train_s else None,
@@ -129,7 +144,7 @@ def main() -> None:
         "generation_tflops": gen_flops / gen_s / 1e12 if gen_s else None,
         "bf16_matmul_tflops_measured": matmul / 1e12,
         "per_step": {k: [history[k].get(s) for s in steps] for k in KEYS},
-        **memory(args.mem),
+        **(memory(args.mem) if args.mem else {}),
     }
     args.out.write_text(json.dumps(result, indent=1))
     short = {k: v for k, v in result.items() if k != "per_step"}

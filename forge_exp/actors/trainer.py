@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import torch
 from monarch.actor import Actor, endpoint
 
 from forge_exp.actors.placement import place
@@ -20,11 +21,11 @@ from forge_exp.runtime.weight_sync import ShardedWeightPublisher, WeightPublishe
 
 def publisher_of(engine) -> WeightPublisher:
     """How an engine's weights reach the generators: a sharded engine's full tensors gathered once per version,
-    or a single process's parameters as they are."""
+    or a single process's parameters as they are (with LoRA its adapters alone)."""
     sharded = getattr(engine, "sharded_weights", None)
     if sharded is not None:
         return ShardedWeightPublisher(sharded, engine.rank, sharded.device, dtype=engine.sync_dtype)
-    return WeightPublisher(engine.model)
+    return WeightPublisher(engine.published())
 
 
 class Trainer(Actor):
@@ -58,6 +59,7 @@ class Trainer(Actor):
         self.version += 1
         if publish_to is not None:
             metrics["sync/seconds"] = await self._publish(publish_to)
+            metrics["sync/bytes"] = float(self._publisher.payload_bytes)
         return {**metrics, "train/version": self.version}
 
     @endpoint
@@ -86,12 +88,16 @@ class Trainer(Actor):
         return time.perf_counter() - t0
 
     @endpoint
+    async def logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """The reference model's [B, R] logprobs of the responses, from the trainer's own base with its adapters
+        switched off (model.lora): a LoRA run starts no reference model (actors/reference.py has the same call)."""
+        return self.engine.ref_logprobs(batch, self.algorithm.temperature)
+
+    @endpoint
     async def warm_start(self, items: list, ws, directory: str, seed: int = 0) -> dict:
         """Supervised warm start of the policy in place (config.model.WarmstartConfig) on problems or multi-turn
         demonstrations, saved in HF format to `directory` for later runs."""
-        metrics = self.engine.warm_start(items, ws.steps, ws.lr, ws.batch_size, ws.target_accuracy, seed)
-        self.engine.save(directory, optimizer=False)
-        return metrics
+        return self.engine.warm_start(items, ws.steps, ws.lr, ws.batch_size, ws.target_accuracy, seed, directory)
 
     @endpoint
     async def save(self, directory: str, metadata: dict | None = None, optimizer: bool = True) -> str:

@@ -92,7 +92,9 @@ def generator_sizes(cfg) -> dict[str, int]:
 def warm_start_dir(cfg) -> Path:
     """Cache key: everything that changes the warm-started weights (model and its warm-start settings, task,
     seed)."""
-    parts = {"model": asdict(cfg.model), "dataset": asdict(cfg.dataset), "seed": cfg.seed}
+    # model.lora aside: the warm start trains the whole base, and a LoRA run starts its adapters on the same one
+    model = {k: v for k, v in asdict(cfg.model).items() if k != "lora"}
+    parts = {"model": model, "dataset": asdict(cfg.dataset), "seed": cfg.seed}
     if demonstrations(cfg):  # trained on scripted episodes of the environment instead
         parts["env"] = {k: getattr(cfg.env, k) for k in ("name", "chat_format", "demonstrations", "direct_fraction")}
     key = json.dumps(parts, sort_keys=True, default=plain)

@@ -116,8 +116,9 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     s = Samplers(generator, **scorers, in_flight=cfg.services.generator.in_flight)
     buffer = runtime.spawn("replay_buffer", ReplayBufferService, cfg.algorithm.max_policy_age, cfg.seed)
     ref_model = None
-    if cfg.algorithm.beta > 0:
-        ref_model = runtime.spawn("ref_model", ReferenceModel, cfg.model, init_path, cfg.algorithm.temperature)
+    if cfg.algorithm.beta > 0:  # with LoRA, the trainer's base with its adapters off (its `logprobs` endpoint)
+        ref_model = trainer if cfg.model.lora.rank is not None else runtime.spawn(
+            "ref_model", ReferenceModel, cfg.model, init_path, cfg.algorithm.temperature)
     await trainer.route().push_weights.call_one(generator.fanout())  # generators start at the trainer's version
     pad_id = await generator.route().pad_id.call_one()
     h = Handles(dataset, generator, s, trainer, buffer, ref_model, pad_id, warm)

@@ -59,12 +59,27 @@ def check(config: ForgeConfig) -> None:
     locate(config.generator._target_, "generator")
     model = build(config.model, "model")
     model.check_available()
+    check_lora(model)
     check_context(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
     check_dataset(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
     if config.env.multi_turn:
         check_env(config, model)
     meshes = plan_for(config)
     check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def check_lora(model) -> None:
+    """model.lora: peft is installed, and the target modules and layers exist in the model."""
+    from forge_exp.models.lora import require_peft
+
+    lora = model.lora_spec
+    if lora is None:
+        return
+    try:
+        require_peft()
+    except ImportError as e:
+        raise ValueError(str(e)) from None
+    lora.check(model.base().skeleton())
 
 
 def probe_loss(loss, available: set[str]) -> None:

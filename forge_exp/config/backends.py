@@ -19,6 +19,7 @@ class TrainerBackend:
     # True when every trainer process runs the engine as one torch.distributed world (collective calls)
     collective: ClassVar[bool] = False
     sft: ClassVar[bool] = True  # runs algorithm=sft too
+    lora: ClassVar[bool] = True  # trains LoRA adapters (model.lora)
 
 
 @dataclass
@@ -30,6 +31,7 @@ class TitanTrainerConfig(TrainerBackend):
     name: str = "titan"
     collective: ClassVar[bool] = True
     sft: ClassVar[bool] = False
+    lora: ClassVar[bool] = False
     activation_checkpointing: Checkpointing = Checkpointing.none  # none | full | selective
     compile: bool = False  # TorchTitan's per-block torch.compile (GPU)
     attention: AttentionBackend = AttentionBackend.sdpa  # sdpa | flex (flex has no backward on CPU)

@@ -5,11 +5,34 @@ checkpoint's config.json, so its node names only where the weights are and how t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import List, Optional
 
 from forge_exp import choices
 from forge_exp.config.checks import FieldError, at_least, within
 from forge_exp.config.enums import Attention, ModelDType
+
+
+@dataclass
+class LoraConfig:
+    """model.lora: train low-rank adapters instead of every weight (LoRA, through peft: models/lora.py). The base
+    stays frozen in model.dtype; only the adapters get gradients and AdamW state, only they move to the generators,
+    and the reference model is the base with the adapters switched off. `pip install 'forge-exp[lora]'`."""
+
+    rank: Optional[int] = None  # r of every adapter; null: full-parameter training
+    alpha: float = 32.0  # the update is scaled by alpha / rank ("LoRA Without Regret": 32 for every rank)
+    dropout: float = 0.0  # on the adapters' input; > 0 makes the trainer's logprobs noisier than the generator's
+    target_modules: Optional[List[str]] = None  # null: every attention and MLP projection (q,k,v,o,gate,up,down)
+    layers: Optional[List[int]] = None  # decoder layers that get adapters; null: all
+
+    def __post_init__(self) -> None:
+        if self.rank is not None:
+            at_least("rank", self.rank, 1, "null trains every parameter")
+        within("alpha", self.alpha, 0, float("inf"), low_open=True)
+        within("dropout", self.dropout, 0, 1, high_open=True)
+        if self.target_modules is not None and not self.target_modules:
+            raise FieldError("target_modules", "is empty: name modules to adapt, or null for the default")
+        for layer in self.layers or ():
+            at_least("layers", layer, 0)
 
 
 @dataclass
@@ -22,6 +45,7 @@ class ModelBase:
     dtype: ModelDType = ModelDType.auto
     attn_implementation: Attention = Attention.sdpa
     gradient_checkpointing: bool = False
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass

@@ -107,3 +107,7 @@ class ForgeConfig:
         if not self.trainer.sft and hasattr(self.algorithm, "packing"):
             raise FieldError(f"trainer={self.trainer.name} trains the GRPO family; algorithm=sft runs on "
                              f"trainer=hf")
+        rank = self.model.lora.rank
+        if rank is not None and not self.trainer.lora:
+            raise FieldError(f"model.lora.rank={rank}: trainer={self.trainer.name} trains every parameter (no "
+                             f"adapters); LoRA runs on trainer=hf, or set model.lora.rank=null")

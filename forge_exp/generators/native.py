@@ -32,6 +32,7 @@ import torch
 from forge_exp.generators.base import Generation, Sampling
 from forge_exp.generators.decoder import StaticDecoder, unsupported_reason
 from forge_exp.generators.runner import Admit, DecodeRunner
+from forge_exp.models.lora import AdapterMerge
 from forge_exp.models.sampling import row_key
 
 
@@ -92,7 +93,9 @@ class NativeEngine:
         """`model`: a `forge_exp.models.hf.ModelSpec` (what conf/model/ builds); the knobs: see `NativeKnobs` (null
         slots: its default)."""
         knobs = NativeKnobs(slots or NativeKnobs.slots, max_len, sync_every, cuda_graphs, prefill_tokens, eos_token_ids)
-        self._setup(model.build(device), model.tokenizer(), seed, knobs)
+        lora = model.lora_spec  # LoRA: the base, and each push's adapters merged into it (models/lora.py)
+        self._setup((model.base() if lora else model).build(device), model.tokenizer(), seed, knobs)
+        self._adapter = AdapterMerge(self.model, lora) if lora else None
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, tokenizer=None, *, seed: int = 0, **knobs) -> "NativeEngine":
@@ -100,6 +103,7 @@ class NativeEngine:
         (see decoder.py): do not share the model with another engine."""
         engine = cls.__new__(cls)
         engine._setup(model, tokenizer, seed, NativeKnobs.parse(knobs))
+        engine._adapter = None
         return engine
 
     def _setup(self, model, tokenizer, seed: int, knobs: NativeKnobs) -> None:
@@ -167,6 +171,9 @@ class NativeEngine:
         return [flat[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompts))]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """New weights by HF name, or with LoRA the adapters by peft's names (merged into the base here)."""
+        if self._adapter is not None:
+            weights = self._adapter.merged(weights)
         pairs = []
         for name, tensor in weights:
             param = self._params.get(name)
@@ -186,8 +193,9 @@ class NativeEngine:
             raise RuntimeError("the generation engine failed") from self._error
 
     def parameters(self) -> dict[str, torch.Tensor]:
-        """The model's parameters by HF name (tied ones once): the layout weight sync checks against."""
-        return dict(self.model.named_parameters())
+        """The model's parameters by HF name (tied ones once), or with LoRA the adapters it takes (meta tensors):
+        the layout weight sync checks against."""
+        return dict(self._adapter.layout) if self._adapter is not None else dict(self.model.named_parameters())
 
     def close(self) -> None:
         with self._cv:

@@ -35,7 +35,9 @@ from typing import NamedTuple
 import torch
 
 from forge_exp.generators.base import Generation, Sampling
+from forge_exp.generators.vllm_lora import VllmAdapters
 from forge_exp.generators.vllm_options import VllmOptions
+from forge_exp.models.lora import adapter_layout
 from forge_exp.generators.vllm_worker import pack
 
 GIB = 1 << 30
@@ -76,8 +78,10 @@ class VllmEngine:
 
         self._check_device(device)
         self._tmp: str | None = None
-        path = self._path = self._model_dir(model)
+        self.lora = model.lora_spec  # LoRA: the engine serves the base, each push adds an adapter (vllm_lora.py)
+        path = self._path = self._model_dir(model.base() if self.lora else model)
         self._dtype = self.options.dtype or model.dtype
+        self._adapters = VllmAdapters(self.lora, self._skeleton()) if self.lora else None
         from transformers import AutoConfig
 
         self._tied = bool(getattr(AutoConfig.from_pretrained(path, local_files_only=True), "tie_word_embeddings", False))
@@ -104,10 +108,11 @@ class VllmEngine:
     # ---- construction -------------------------------------------------------------------------------------------
     def _model_dir(self, model) -> str:
         """A local HF directory vLLM can load: model.path, the local HF cache's snapshot of model.hf_id, or a freshly
-        initialised model's weights and tokenizer written to a temporary directory (removed by close)."""
-        if model.path:
+        initialised model's (or an adapter merged into its base) weights and tokenizer written to a temporary
+        directory (removed by close)."""
+        if model.path and not model.adapter:
             return model.path
-        if getattr(model, "hf_id", None):
+        if getattr(model, "hf_id", None) and not model.adapter:
             from huggingface_hub import snapshot_download
 
             return snapshot_download(model.hf_id, local_files_only=True)
@@ -119,12 +124,16 @@ class VllmEngine:
     def parameters(self) -> dict[str, torch.Tensor]:
         """The HF model's parameters by name, as meta tensors (shapes and dtypes, no storage): the layout the
         trainer's weights are checked against and staged in. vLLM's own modules use other names (fused QKV)."""
+        if self.lora:  # the adapters a push carries (peft's names)
+            return adapter_layout(self._skeleton(), self.lora)
+        return dict(self._skeleton().named_parameters())
+
+    def _skeleton(self) -> torch.nn.Module:
         from transformers import AutoConfig, AutoModelForCausalLM
 
         config = AutoConfig.from_pretrained(self._path, local_files_only=True)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, self._dtype))
-        return dict(model.named_parameters())
+            return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, self._dtype))
 
     def _check_device(self, device: str) -> None:
         """Fail before anything starts when the device cannot work with this vLLM build and these knobs."""
@@ -178,6 +187,7 @@ class VllmEngine:
             # would change the distribution the trainer assumes
             generation_config="vllm",
             worker_extension_cls="forge_exp.generators.vllm_worker.WeightLoader",  # load_weights' receiving end
+            **(self._adapters.engine_args() if self._adapters else {}),
         )
 
     async def _start(self, args):
@@ -242,10 +252,16 @@ class VllmEngine:
 
         # the engine loop is one thread: no lock needed for the engine's own stream
         params.seed = seed if seed is not None else self._seeds.getrandbits(48)
+        adapters = self._adapters
+        lora, version = (adapters.request, adapters.version) if adapters else (None, None)
         final = None
-        async for out in self._engine.generate(tokens_input(prompt), params, request_id=f"r{next(self._ids)}"):
+        async for out in self._engine.generate(tokens_input(prompt), params, request_id=f"r{next(self._ids)}",
+                                               lora_request=lora):
             final = out
-        return [self._versioned(c) for c in sorted(final.outputs, key=lambda c: c.index)]
+        outs = [self._versioned(c) for c in sorted(final.outputs, key=lambda c: c.index)]
+        if adapters:  # every token from the adapter the request was sent with
+            outs = [Versioned(v.generation, (VersionSpan(version, 0, len(v.generation.token_ids)),)) for v in outs]
+        return outs
 
     def _versioned(self, c) -> Versioned:
         eos = self.tokenizer.eos_token_id
@@ -269,7 +285,10 @@ class VllmEngine:
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> int:
         """Apply new weights (HF names, e.g. the trainer's `state_dict().items()`) without restarting; requests in
         flight are kept (generator.inflight_update). Returns the new version: `version`, or the current one + 1.
-        Blocks until the new weights serve; from async code, `await asyncio.to_thread(engine.load_weights, ...)`."""
+        Blocks until the new weights serve; from async code, `await asyncio.to_thread(engine.load_weights, ...)`.
+        With LoRA, `weights` is the adapter (peft's names): added as a new adapter (vllm_lora.py)."""
+        if self._adapters:
+            return self._load_adapter(weights, version)
         weights = list(weights)
         names = {n for n, _ in weights}
         if "lm_head.weight" not in names and "model.embed_tokens.weight" in names and self._tied:
@@ -280,6 +299,16 @@ class VllmEngine:
             new = self.version + 1 if version is None else int(version)
             # packed before the pause, so requests in flight wait only for the reload itself
             self._run(self._swap(pack(weights), new))
+            self.version = new
+            return new
+
+    def _load_adapter(self, weights: Iterable[tuple[str, torch.Tensor]], version: int | None) -> int:
+        with self._update_lock:
+            new = self.version + 1 if version is None else int(version)
+            request = self._adapters.write(weights, new)
+            if not self._run(self._engine.add_lora(request)):
+                raise RuntimeError(f"vLLM did not add the LoRA adapter of version {new} ({request.lora_path})")
+            self._adapters.serving(request, new)
             self.version = new
             return new
 
@@ -322,6 +351,8 @@ class VllmEngine:
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+        if getattr(self, "_adapters", None):
+            self._adapters.close()
 
     def __enter__(self) -> "VllmEngine":
         return self

@@ -41,7 +41,10 @@ def save_hf_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; a checkpoint is read by other processes and users
     try:
-        model.save_pretrained(tmp)
+        if hasattr(model, "peft_config"):  # LoRA: the adapter alone, in peft's format (models/lora.py); no embedding
+            model.save_pretrained(tmp, save_embedding_layers=False)  # is adapted (saying so keeps peft off the Hub)
+        else:
+            model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         for name, obj in (metadata or {}).items():
             (tmp / name).write_text(json.dumps(obj, indent=2, sort_keys=True))
@@ -50,7 +53,7 @@ def save_hf_checkpoint(
         try:
             move_into_place(tmp, directory)
         except OSError:
-            if not (directory / "config.json").is_file():
+            if not any((directory / name).is_file() for name in ("config.json", "adapter_config.json")):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from forge_exp import choices
+from forge_exp.models.lora import Lora, adapter_base, is_adapter_dir, merge_adapter
 
 if TYPE_CHECKING:  # transformers' modeling code is imported by the loaders below, not here: a process that only
     # needs a tokenizer (the dataset service) or a ModelSpec (the CLI's preflight) saves ~2.5 s and ~150 MiB
@@ -105,6 +106,27 @@ class ModelSpec:
     dtype: str = "float32"  # what generators and the reference model hold; trainers keep float32 master weights
     attn_implementation: str = "sdpa"
     gradient_checkpointing: bool = False
+    lora: dict | None = None  # model.lora (config/model.py: LoraConfig); rank null: full-parameter training
+    # a LoRA checkpoint to merge into the base (models/lora.py): set when `path` is an adapter directory, whose
+    # base (its base_model_name_or_path) then becomes `path`
+    adapter: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.lora is not None and self.lora.get("rank") is None:  # model.lora.rank=null: no adapters
+            object.__setattr__(self, "lora", None)
+        if self.adapter is None and is_adapter_dir(self.path):
+            base = adapter_base(self.path)
+            object.__setattr__(self, "adapter", self.path)
+            object.__setattr__(self, "path", base if base and Path(base).expanduser().is_dir() else None)
+
+    @property
+    def lora_spec(self):
+        """The adapters to train (models.lora.Lora), or None for full-parameter training."""
+        return Lora.of(self.lora)
+
+    def base(self) -> "ModelSpec":
+        """The same model without the adapter of `adapter`: what a LoRA trainer and generator start from."""
+        return dataclasses.replace(self, adapter=None)
 
     @property
     def random_init(self) -> bool:
@@ -112,8 +134,9 @@ class ModelSpec:
         return False
 
     def loading(self, path: str | None) -> "ModelSpec":
-        """The same model, its weights read from `path` (a warm start or checkpoint of it); None: unchanged."""
-        return dataclasses.replace(self, path=path) if path else self
+        """The same model, its weights read from `path` (a warm start or checkpoint of it, or a LoRA checkpoint: its
+        base with it merged); None: unchanged."""
+        return dataclasses.replace(self, path=path, adapter=None) if path else self
 
     def source(self) -> str:
         return self.path
@@ -122,10 +145,24 @@ class ModelSpec:
         return load_tokenizer(self.source())
 
     def build(self, device: str | torch.device = "cpu", dtype: str | None = None) -> PreTrainedModel:
-        """The model on `device`, in `dtype` (default: self.dtype)."""
+        """The model on `device`, in `dtype` (default: self.dtype), with `adapter` merged in when there is one."""
+        model = self._load(device, dtype)
+        if self.adapter:
+            model = merge_adapter(model, self.adapter)
+        return model
+
+    def _load(self, device: str | torch.device, dtype: str | None) -> PreTrainedModel:
         model = load_causal_lm(self.source(), dtype or self.dtype, self.attn_implementation,
                                self.gradient_checkpointing)
         return model.to(device)
+
+    def skeleton(self) -> torch.nn.Module:
+        """The model's modules without its weights (on the meta device): what LoRA's targets are checked on."""
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(self.source(), local_files_only=True)
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config)
 
     def check_available(self) -> None:
         """Raise ValueError with one line saying what to do when the weights are not on this machine."""

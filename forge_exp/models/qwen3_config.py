@@ -52,13 +52,15 @@ class Qwen3Config:
         theta = rope.get("rope_theta", d.get("rope_theta"))
         return cls(**fields, **({"rope_theta": float(theta)} if theta is not None else {}))
 
-    def to_dict(self, dtype: torch.dtype) -> dict:
-        """config.json as transformers writes it for this model."""
+    def to_dict(self, dtype: torch.dtype | None = None) -> dict:
+        """config.json as transformers writes it for this model (the weights' `dtype` when given; peft reads the
+        rest when it wraps the model)."""
         from transformers import Qwen3Config as HFConfig  # at save time only: ~0.4 s to import
 
         fields = dataclasses.asdict(self)
         del fields["attn_implementation"]
         # rope_theta: 4.x's argument, which 5.x turns into its rope_parameters
         config = HFConfig(**fields, architectures=["Qwen3ForCausalLM"]).to_dict()
-        config["dtype" if "dtype" in config else "torch_dtype"] = str(dtype).removeprefix("torch.")
+        if dtype is not None:
+            config["dtype" if "dtype" in config else "torch_dtype"] = str(dtype).removeprefix("torch.")
         return config

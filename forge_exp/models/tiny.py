@@ -90,7 +90,10 @@ class TinyQwen3(ModelSpec):
     def tokenizer(self) -> PreTrainedTokenizerBase:
         return load_char_tokenizer(self.path) if self.path else build_char_tokenizer(self.alphabet)
 
-    def build(self, device: str | torch.device = "cpu", dtype: str | None = None) -> Qwen3ForCausalLM:
+    def skeleton(self) -> Qwen3ForCausalLM:
+        return self._load("cpu", None)  # ~0.6M parameters: built for real
+
+    def _load(self, device: str | torch.device, dtype: str | None) -> Qwen3ForCausalLM:
         if self.path:
             model = Qwen3ForCausalLM.from_pretrained(self.path, DTYPES[dtype or self.dtype], self.attn_implementation)
         else:

@@ -54,10 +54,11 @@ class MeshPlan:
         return self.replicas * self.procs // max(self.nodes, 1)
 
 
-def needed_services(beta: float, multi_turn: bool = False) -> set[str]:
-    """The services a run uses: the reference model only when the KL term is on; environment workers (which score
-    their own episodes) instead of reward workers for a multi-turn environment."""
-    unused = ({"ref_model"} if beta == 0 else set()) | ({"reward"} if multi_turn else {"env"})
+def needed_services(beta: float, multi_turn: bool = False, lora: bool = False) -> set[str]:
+    """The services a run uses: the reference model only when the KL term is on, and not with LoRA (the trainer's
+    base with its adapters off is the reference); environment workers (which score their own episodes) instead of
+    reward workers for a multi-turn environment."""
+    unused = ({"ref_model"} if beta == 0 or lora else set()) | ({"reward"} if multi_turn else {"env"})
     return set(GPU_ORDER) - unused
 
 
@@ -129,7 +130,9 @@ def plan_for(config) -> dict[str, MeshPlan]:
     """The meshes of a run: its services layout, the services it uses, and which engines drive their own workers."""
     drives = frozenset({"generator"}) if getattr(config.generator, "drives_workers", False) else frozenset()
     hosts = getattr(getattr(config, "cluster", None), "hosts", None)  # cluster=local has none
-    return plan_meshes(config.services, needed_services(config.algorithm.beta, config.env.multi_turn), drives, hosts)
+    lora = config.model.lora.rank is not None
+    needed = needed_services(config.algorithm.beta, config.env.multi_turn, lora)
+    return plan_meshes(config.services, needed, drives, hosts)
 
 
 def gpus_needed(meshes: dict[str, MeshPlan]) -> int:

@@ -119,6 +119,11 @@ class WeightPublisher:
         self._ipc: tuple | None = None
         self._shm: tuple[int, int, int] | None = None
 
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes of one version (the tensors themselves, without the buffer's alignment)."""
+        return sum(s.nbytes for s in self.layout)
+
     def capture(self) -> dict[str, float]:
         """Take this version's weights (collective for a sharded trainer: ShardedWeightPublisher); the parameters
         themselves are what a single-process trainer publishes, so there is nothing to take here."""

@@ -107,7 +107,8 @@ class TitanBackend:
         return out
 
     def warm_start(self, items: list, steps: int, lr: float, batch_size: int,
-                   target_accuracy: float | None, seed: int = 0) -> dict[str, float]:
+                   target_accuracy: float | None, seed: int, directory: str) -> dict[str, float]:
+        """The warm start of the model in place, saved in HF format to `directory`."""
         from forge_exp.data.tool_arithmetic import warmstart_inputs
         from forge_exp.models.warmstart import warmstart
 
@@ -120,6 +121,7 @@ class TitanBackend:
             hf.save_pretrained(where[0])
         dist.barrier()
         self.trainer.load_hf(where[0])
+        self.save(directory, optimizer=False)
         return metrics
 
     def save(self, directory: str, metadata: dict | None = None, optimizer: bool = True) -> str:

@@ -43,9 +43,12 @@ class Policy:
     compute_dtype: torch.dtype = torch.float32
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        if self.compute_dtype == torch.float32:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+        return autocast(self.device, self.compute_dtype)
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """The forward in `dtype` under autocast, or as it is in float32."""
+    return contextlib.nullcontext() if dtype == torch.float32 else torch.autocast(device.type, dtype=dtype)
 
 
 def step_if_finite(grad_norm: torch.Tensor | float, optimizer: torch.optim.Optimizer, hint: str) -> float:

@@ -66,6 +66,10 @@ from tests.config.helpers import compose_cfg, error_lines, run_cli
                                                       r"--mem=64G, got 'mem=4G'"),
         ("cluster=slurm cluster.python=", r"^cluster\.python must be set"),
         ("+cluster.partition=gpu", r"^cluster\.partition is not a config key"),  # cluster=local has none
+        ("model.lora.rank=0", r"^model\.lora\.rank must be >= 1 \(null trains every parameter\), got 0"),
+        ("experiment=tiny_lora model.lora.dropout=1", r"^model\.lora\.dropout must be in \[0, 1\)"),
+        ("experiment=tiny_lora model.lora.target_modules=[]", r"^model\.lora\.target_modules is empty"),
+        ("experiment=tiny_lora trainer=titan", r"^model\.lora\.rank=8: trainer=titan trains every parameter"),
     ],
 )
 def test_bad_values_are_one_error_naming_the_key(override, message):
@@ -90,6 +94,9 @@ def test_cli_errors_are_one_line_with_the_closest_key_and_spawn_nothing(tmp_path
         ("cluster=slurm", "+cluster.hosts.gpu=1"): "cluster.hosts.gpu: this run has no proc mesh 'gpu' (its meshes: "
                                                   "trainer, generator, controller)",
         ("cluster=slurmm",): "cluster=slurmm is not an option; did you mean cluster=slurm?",
+        ("experiment=tiny_lora", "model.lora.target_modules=[wq]"): "model.lora.target_modules: the model has no wq; its "
+                                                               "linear modules are down_proj, gate_proj, k_proj, "
+                                                               "o_proj, q_proj, up_proj, v_proj",
     }
     for args, expected in cases.items():
         r = run_cli(*args, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)

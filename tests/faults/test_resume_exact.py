@@ -7,6 +7,8 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
+
 from tests.faults.helpers import Run, cli, last_line, the_run
 
 ARGS = ["steps=12", "checkpoint.every=4", "algorithm.max_policy_age=0"]
@@ -23,13 +25,16 @@ def history(uri: str) -> dict[str, list[tuple[int, float]]]:
             for k in r.data.metrics if not k.startswith(VARIES + WARM) and "seconds" not in k and not k.endswith("_per_s")}
 
 
-def test_stopped_and_resumed_equals_uninterrupted(tmp_path, warmstart_cache):
+# LoRA: the checkpoint is the adapter (and its optimizer state); a resumed run puts it back on the base it names
+@pytest.mark.parametrize("extra,weights", [([], "model.safetensors"),
+                                           (["experiment=tiny_lora"], "adapter_model.safetensors")], ids=["full", "lora"])
+def test_stopped_and_resumed_equals_uninterrupted(tmp_path, warmstart_cache, extra, weights):
     a = tmp_path / "a"
-    rc, _, err = Run(cli(a, warmstart_cache, *ARGS)).finish(400)
+    rc, _, err = Run(cli(a, warmstart_cache, *ARGS, *extra)).finish(400)
     assert rc == 0, err[-3000:]
 
     b = tmp_path / "b"
-    cmd = cli(b, warmstart_cache, *ARGS)
+    cmd = cli(b, warmstart_cache, *ARGS, *extra)
     first = Run(cmd)
     first.wait_for(b / "run" / "checkpoints" / "step_0000004" / "metrics_flushed")
     time.sleep(1.0)
@@ -44,5 +49,5 @@ def test_stopped_and_resumed_equals_uninterrupted(tmp_path, warmstart_cache):
     for key in ha:
         assert ha[key] == hb[key], (key, ha[key], hb[key])
     end_a, end_b = a / "run" / "checkpoints" / "step_0000012", b / "run" / "checkpoints" / "step_0000012"
-    for name in ("model.safetensors", "optimizer.pt", "loop.json"):
+    for name in (weights, "optimizer.pt", "loop.json"):
         assert (end_a / name).read_bytes() == (end_b / name).read_bytes(), name

@@ -19,6 +19,7 @@ import torch
 
 from forge_exp import choices
 from forge_exp.models.lora import Lora, adapter_base, is_adapter_dir, merge_adapter
+from forge_exp.models.precision import auto_dtype
 
 if TYPE_CHECKING:  # transformers' modeling code is imported by the loaders below, not here: a process that only
     # needs a tokenizer (the dataset service) or a ModelSpec (the CLI's preflight) saves ~2.5 s and ~150 MiB
@@ -112,6 +113,8 @@ class ModelSpec:
     adapter: str | None = None
 
     def __post_init__(self) -> None:
+        if self.dtype == "auto":  # built outside a run (a script, a test): the CLI decides it once for a run
+            object.__setattr__(self, "dtype", auto_dtype(torch.cuda.is_available())[0])
         if self.lora is not None and self.lora.get("rank") is None:  # model.lora.rank=null: no adapters
             object.__setattr__(self, "lora", None)
         if self.adapter is None and is_adapter_dir(self.path):

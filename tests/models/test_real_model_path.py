@@ -30,6 +30,7 @@ from transformers import (
 
 from forge_exp.config.store import register
 from forge_exp.config.validate import validate
+from forge_exp.models.precision import auto_dtype
 from tests.config.helpers import compose_cfg
 from tests.conftest import CONF, ROOT
 
@@ -177,10 +178,12 @@ def test_real_family_through_its_model_config_generates_and_takes_a_grpo_step(fa
     path = save_tiny_family(family, tmp_path / "model")
     config = validate(compose_cfg(*real_overrides(family, path, write_gsm8k_jsonl(tmp_path / "data"))))
     spec = build(config.model, "model")
-    assert config.model.name == yaml_name and spec.path == str(path) and spec.dtype == "bfloat16"
+    # model.dtype=auto: bf16 where it is native, float32 on a CPU without it (models/precision.py)
+    expected = auto_dtype(torch.cuda.is_available())[0]
+    assert config.model.name == yaml_name and spec.path == str(path) and spec.dtype == expected
 
     model, tokenizer = spec.build(), spec.tokenizer()
-    assert type(model) is cls and next(model.parameters()).dtype == torch.bfloat16
+    assert type(model) is cls and next(model.parameters()).dtype == getattr(torch, expected)
     train, heldout = build(config.dataset, "dataset").problems(tokenizer)
     problems = [next(iter(train())) for _ in range(config.algorithm.prompts_per_step)]
     user = [{"role": "user", "content": "q"}]

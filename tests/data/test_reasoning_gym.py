@@ -108,3 +108,12 @@ def test_names_and_options_are_checked_against_reasoning_gym(tasks, options, wei
     with pytest.raises(ValueError, match=message) as e:
         check_tasks(tasks, options, weights)
     assert "\n" not in str(e.value)
+
+
+def test_reasoning_gym_missing_is_one_line_with_the_install_command(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # what an environment without it imports
+    with pytest.raises(ValueError, match=r"^dataset=reasoning_gym needs reasoning-gym, which is not installed: pip "
+                                         r"install 'forge-exp\[gym\]'$"):
+        source().check()

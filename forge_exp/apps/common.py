@@ -90,9 +90,14 @@ def generator_sizes(cfg) -> dict[str, int]:
 
 
 def warm_start_dir(cfg) -> Path:
-    """Cache key: everything that changes the warm-started weights (model and its warm-start settings, task,
-    seed)."""
-    parts = {"model": asdict(cfg.model), "dataset": asdict(cfg.dataset), "seed": cfg.seed}
+    """Cache key: what changes the warm-started weights (the model and its warm-start settings, the training task,
+    the seed). Not where the cache is, nor the held-out split (the warm start trains on the train stream alone):
+    changing those reuses the cached weights."""
+    model, dataset = asdict(cfg.model), asdict(cfg.dataset)
+    (model.get("warmstart") or {}).pop("cache_dir", None)
+    for key in ("eval_size", "eval_path", "eval_split"):
+        dataset.pop(key, None)
+    parts = {"model": model, "dataset": dataset, "seed": cfg.seed}
     if demonstrations(cfg):  # trained on scripted episodes of the environment instead
         parts["env"] = {k: getattr(cfg.env, k) for k in ("name", "chat_format", "demonstrations", "direct_fraction")}
     key = json.dumps(parts, sort_keys=True, default=plain)

@@ -66,3 +66,17 @@ def test_an_rl_loss_under_algorithm_sft_is_refused_before_training():
     config = validate(compose_cfg("algorithm=sft", "algorithm.loss._target_=forge_exp.rl.losses.ReinforceLoss"))
     with pytest.raises(ValueError, match="asks for advantages"):
         check(config)
+
+
+def test_the_warm_start_cache_key_is_what_changes_the_weights(tmp_path):
+    from forge_exp.apps.common import warm_start_dir
+
+    def key(*overrides: str) -> str:
+        return warm_start_dir(typed(*overrides)).name
+
+    base = key()
+    # the held-out set and the cache's own place do not change the weights: the cached ones are loaded
+    assert key("dataset.eval_size=8") == key(f"model.warmstart.cache_dir={tmp_path}") == base
+    assert warm_start_dir(typed(f"model.warmstart.cache_dir={tmp_path}")).parent == tmp_path
+    for changed in ("seed=1", "model.hidden_size=64", "model.warmstart.lr=0.01", "dataset.digits=3"):
+        assert key(changed) != base, changed

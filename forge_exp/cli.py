@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import time
+import traceback
 import warnings
 
 import hydra
@@ -244,6 +245,7 @@ def main() -> None:
         return
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its multi-line report and exiting
     try:
+        check_printed_config(args)
         hydra_main()
     except Exception as e:  # noqa: BLE001 — anything not a config mistake is re-raised below
         message = explain(e, args)
@@ -258,12 +260,27 @@ def main() -> None:
     fast_exit(0)  # the run is over and its tracker closed: skip finalizing the interpreter (runtime/bootstrap.py)
 
 
+def check_printed_config(args: list[str]) -> None:
+    """`--cfg job` prints the config instead of running it: it refuses a config the run would refuse (an unknown
+    `+key`, a value out of range), in the same words."""
+    if not {"--cfg", "-c"} & set(args) or {"-m", "--multirun"} & set(args):
+        return
+    from forge_exp.config.compose import compose
+
+    valued = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}
+    values = {i + 1 for i, a in enumerate(args) if a in valued}
+    validate(compose([a for i, a in enumerate(args) if i not in values and not a.startswith(("-", "hydra."))]))
+
+
 def explain(e: Exception, args: list[str]) -> str | None:
     """One line for a mistake in the command line or a config file; None for anything else."""
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 
     if isinstance(e, ConfigError):
         return str(e)
+    if isinstance(e, OSError) and (where := _run_dir_problem(e, args)):
+        return (f"{where}: cannot write {e.filename} ({e.strerror or type(e).__name__}); give a directory this "
+                f"user can write")
     if isinstance(e, MissingConfigException):
         return _missing_option(e)
     if isinstance(e, OverrideParseException):
@@ -284,6 +301,18 @@ def explain(e: Exception, args: list[str]) -> str | None:
             return f"{m.group(1)}: {str(cause).strip().splitlines()[0]}"
         return text.strip().splitlines()[0]
     return None
+
+
+def _run_dir_problem(e: OSError, args: list[str]) -> str | None:
+    """The key of the directory Hydra could not create or write (the run's, with .hydra/ and the log) before the
+    run started, or None when the error came from elsewhere."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if not e.filename or not any(f.name == "run_job" for f in frames) or any(
+            f.filename == __file__ and f.name == "run" for f in frames):
+        return None
+    key = "hydra.sweep.dir" if {"-m", "--multirun"} & set(args) else "hydra.run.dir"
+    given = next((a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")), None)
+    return f"{key}={given}" if given else key
 
 
 def _missing_option(e) -> str:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from forge_exp.config.checks import FieldError, at_least, not_empty
+from forge_exp.config.checks import FieldError, at_least, not_empty, seed
 from forge_exp.config.enums import TargetFormat
 from forge_exp.data.prompts import PLAIN_TEMPLATE
 
@@ -31,6 +31,7 @@ class DatasetBase:
 
     def __post_init__(self) -> None:
         at_least("max_new_tokens", self.max_new_tokens, 1)
+        seed("seed", self.seed)
         if self.eval_size is not None:
             at_least("eval_size", self.eval_size, 0, "null = the whole eval split, 0 = none")
 

@@ -63,6 +63,10 @@ def run(cfg: DictConfig) -> float | None:
     t0 = time.time()
     try:
         config = validate(cfg)
+        # absolute: the service processes and a resumed run (possibly from another cwd) read the same paths
+        config.output_dir = os.path.abspath(config.output_dir or HydraConfig.get().runtime.output_dir)
+        config.checkpoint.dir = os.path.abspath(config.checkpoint.dir or os.path.join(config.output_dir,
+                                                                                      "checkpoints"))
         from forge_exp.apps.preflight import check, resolve_model
         from forge_exp.runtime.zygote_server import quiet_load
 
@@ -79,10 +83,6 @@ def run(cfg: DictConfig) -> float | None:
         from forge_exp.tracking.mlflow import default_tracking_uri
         from forge_exp.tracking.store import check_store
 
-        # absolute: the service processes and a resumed run (possibly from another cwd) read the same paths
-        config.output_dir = os.path.abspath(config.output_dir or HydraConfig.get().runtime.output_dir)
-        config.checkpoint.dir = os.path.abspath(config.checkpoint.dir or os.path.join(config.output_dir,
-                                                                                      "checkpoints"))
         resume = latest(config.checkpoint.dir) if config.resume else None
         if config.resume and resume is None:
             raise ValueError(f"resume=true: no checkpoint in {config.checkpoint.dir} (checkpoint.dir); resume "

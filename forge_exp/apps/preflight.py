@@ -55,8 +55,13 @@ def check(config: ForgeConfig) -> None:
     if not config.reward.functions:
         raise ValueError("reward.functions is empty: give at least one reward function")
     build_reward(config.reward)
-    locate(config.trainer._target_, "trainer")
-    locate(config.generator._target_, "generator")
+    for key in ("trainer", "generator"):  # an engine that needs an extra says so now, not from its process
+        try:
+            getattr(locate(getattr(config, key)._target_, key), "check_installed", lambda: None)()
+        except ImportError as e:
+            raise ValueError(str(e)) from None
+    if (config.checkpoint.every or config.resume) and config.checkpoint.dir:  # (the CLI sets the default one)
+        writable_dir(config.checkpoint.dir, "checkpoint.dir")
     model = build(config.model, "model")
     model.check_available()
     check_context(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
@@ -65,6 +70,23 @@ def check(config: ForgeConfig) -> None:
         check_env(config, model)
     meshes = plan_for(config)
     check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def writable_dir(path: str, key: str) -> None:
+    """`path` is a directory this process can write files in, made if need be; else one line naming `key`."""
+    import tempfile
+
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{key}={path} is a file, not a directory: give a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=p):
+            pass
+    except OSError as e:
+        raise ValueError(f"{key}={path}: cannot write there ({e.strerror or type(e).__name__}"
+                         f"{': ' + e.filename if e.filename and e.filename != path else ''}); give a directory this "
+                         f"user can write") from None
 
 
 def probe_loss(loss, available: set[str]) -> None:

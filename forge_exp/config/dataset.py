@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from forge_exp.config.checks import FieldError, at_least, not_empty, seed
-from forge_exp.config.enums import TargetFormat
+from forge_exp.config.enums import BadRows, TargetFormat
 from forge_exp.data.prompts import PLAIN_TEMPLATE
 
 
@@ -94,6 +94,9 @@ class RowDataset(PromptedDataset):
     target_format: TargetFormat = TargetFormat.raw  # gsm8k: after '####' | boxed: last \boxed{} | raw: as is
     streaming: bool = False  # read lazily instead of loading (large datasets)
     shuffle_buffer: int = 1000  # streaming only: rows held for shuffling
+    # a row whose fields are wrong (missing, null, empty, a list answer, characters the tokenizer lacks), found as
+    # the stream reaches it: fail the run naming file and row, or skip it (counted in data/bad_rows, first ones logged)
+    bad_rows: BadRows = BadRows.fail
 
     def __post_init__(self) -> None:
         super().__post_init__()

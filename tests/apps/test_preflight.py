@@ -91,3 +91,15 @@ def test_a_checkpoint_dir_that_cannot_be_written(tmp_path):
         preflight("checkpoint.every=2", f"checkpoint.dir={a_file}/ckpt")
     preflight("checkpoint.every=2", f"checkpoint.dir={tmp_path}/new/ckpt")  # made
     assert (tmp_path / "new" / "ckpt").is_dir()
+
+
+def test_with_bad_rows_skipped_a_bad_first_row_is_left_to_the_stream_but_a_wrong_mapping_is_not(tmp_path):
+    good, bad = {"question": "1+1=", "answer": "2"}, {"question": "1+1=", "answer": ["2"]}
+    overrides = files(tmp_path, [good, bad, good])
+    with pytest.raises(ValueError, match=r"train\.jsonl row 2: 'answer' is a list"):
+        preflight(*overrides)
+    preflight(*overrides, "dataset.bad_rows=skip")
+    wrong_key = files(tmp_path, [good, good])
+    with pytest.raises(ValueError, match=r"row 1: missing key 'solution' .*\(and every other of the first 2 rows: "
+                                         r"dataset\.bad_rows=skip skips a few bad rows, not a wrong field mapping\)"):
+        preflight(*wrong_key, "dataset.bad_rows=skip", "dataset.answer_key=solution")

@@ -14,9 +14,11 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -30,6 +32,7 @@ from forge_exp.config.enums import plain
 from forge_exp.config.store import register
 from forge_exp.config.validate import ConfigError, suggest, validate
 from forge_exp.runtime.supervision import ServiceFailed
+from forge_exp.tracking.store import TrackingRefused
 
 register()
 log = logging.getLogger("forge_exp")
@@ -56,6 +59,7 @@ def _register_launchers() -> None:
 
 
 _FORK_SERVER = False  # main() sets it for a single run (not a sweep, --help or --cfg)
+VERBOSE = False  # --verbose: a failure's traceback or report on stderr too, not only in the file the line names
 
 
 def run(cfg: DictConfig) -> float | None:
@@ -80,6 +84,7 @@ def run(cfg: DictConfig) -> float | None:
             if problem := slurm_problem("cluster=slurm", "cluster=local"):
                 raise ValueError(problem)
         from forge_exp.apps.checkpoint import latest
+        from forge_exp.tracking.answers import check_names
         from forge_exp.tracking.mlflow import default_tracking_uri
         from forge_exp.tracking.store import check_store
 
@@ -90,9 +95,12 @@ def run(cfg: DictConfig) -> float | None:
                              f"dir is new for every command) and run it with checkpoint.every > 0")
         uri = config.tracking.uri or default_tracking_uri()
         check_store(uri)  # a server that does not answer is one line here, not minutes of retries later
+        check_names(uri, config.tracking.experiment, *((resume.run_id, resume.tracking_uri) if resume else ()))
     except ValueError as e:  # one clear line, before any process is spawned
         print(f"forge-exp: error: {e}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    except Exception as e:  # noqa: BLE001 — a check that broke: its traceback in a file, one line here
+        fail(HydraConfig.get().runtime.output_dir, f"{type(e).__name__}: {e}", _traceback(e))
     if _FORK_SERVER:  # the input is good: the run's procs can be forked from a server forked from here (with what
         from forge_exp.runtime import zygote  # the checks imported), whose imports overlap the tracker's and the
         # mesh's start (runtime/zygote.py)
@@ -145,16 +153,34 @@ def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
     except Stopped as e:
         print(f"forge-exp: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
-    except (ServiceFailed, RunFailed) as e:
-        report = getattr(e, "report", "")
-        if report:  # the remote traceback or Monarch's report, for whoever looks into it
-            path = os.path.join(config.output_dir, "failure.txt")
-            with open(path, "w") as f:
-                f.write(f"{e}\n\n{report}\n")
-            print(f"forge-exp: the failure's report and traceback: {path}", file=sys.stderr)
-        print(f"forge-exp: error: {e}", file=sys.stderr)
-        sys.exit(EXIT_FAILED)
+    except (ServiceFailed, RunFailed, TrackingRefused) as e:  # their own line; the remote traceback or Monarch's
+        fail(config.output_dir, str(e), getattr(e, "report", "") or _traceback(e.__cause__))  # report to a file
+    except Exception as e:  # noqa: BLE001 — anything else: FAILED in MLflow (the tracker's exit), one line here
+        fail(config.output_dir, f"{type(e).__name__}: {e}", _traceback(e))
     return summary, tracker
+
+
+def fail(run_dir: str, line: str, report: str) -> NoReturn:
+    """End a run that failed: its report (a traceback, Monarch's report) in <run dir>/failure.txt, named on stderr
+    (and printed too with --verbose), then the one line, and exit 1."""
+    first = (line.strip().splitlines() or ["failed"])[0]
+    if report:
+        path = os.path.join(run_dir, "failure.txt")
+        try:
+            with open(path, "w") as f:
+                f.write(f"{line}\n\n{report}\n")
+            where = path
+        except OSError as e:
+            where = f"not written ({e.strerror}); run with --verbose to see it"
+        if VERBOSE:
+            print(report, file=sys.stderr)
+        print(f"forge-exp: the failure's report and traceback: {where}", file=sys.stderr)
+    print(f"forge-exp: error: {first}", file=sys.stderr)
+    sys.exit(EXIT_FAILED)
+
+
+def _traceback(e: BaseException | None) -> str:
+    return "".join(traceback.format_exception(e)) if e is not None else ""
 
 
 async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
@@ -235,9 +261,10 @@ hydra_main = hydra.main(**CONFIG)(run)
 
 def main() -> None:
     """The `forge-exp` command."""
-    args = expand(sys.argv[1:])
+    global _FORK_SERVER, VERBOSE
+    VERBOSE = "--verbose" in sys.argv[1:]
+    args = expand([a for a in sys.argv[1:] if a != "--verbose"])
     sys.argv = [sys.argv[0], *args]
-    global _FORK_SERVER
     _FORK_SERVER = not any(a.startswith("-") for a in args)  # one run here (not -m, --help, --cfg)
     _register_launchers()
     if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the user asked for Hydra's own tracebacks
@@ -249,8 +276,10 @@ def main() -> None:
         hydra_main()
     except Exception as e:  # noqa: BLE001 — anything not a config mistake is re-raised below
         message = explain(e, args)
-        if message is None:
+        if message is None and VERBOSE:
             raise
+        if message is None:  # not a config mistake, outside any run (a launcher, a callback): a file for its traceback
+            fail(tempfile.mkdtemp(prefix="forge-exp-"), f"{type(e).__name__}: {e}", _traceback(e))
         print(f"forge-exp: error: {message}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
     finally:

@@ -34,6 +34,7 @@ class ResumeState:
     step: int
     run_id: str
     path: Path
+    tracking_uri: str | None = None  # the store the run was logged to (None in checkpoints older than the field)
     pending_metrics: list[tuple[str, float, int, int]] = field(default_factory=list)  # (key, value, ts, step)
     loop: dict | None = None  # loop.json: None for a checkpoint without it (SFT, or written before it existed)
 
@@ -62,7 +63,7 @@ def latest(root: str | Path | None) -> ResumeState | None:
     state = json.loads((done[-1] / STATE).read_text())
     loop = json.loads((done[-1] / LOOP).read_text()) if (done[-1] / LOOP).is_file() else None
     return ResumeState(
-        step=state["step"], run_id=state["run_id"], path=done[-1],
+        step=state["step"], run_id=state["run_id"], path=done[-1], tracking_uri=state.get("tracking_uri"),
         pending_metrics=[tuple(m) for m in state.get("pending_metrics", [])], loop=loop,
     )
 
@@ -82,8 +83,8 @@ def clean_partial(root: str | Path | None) -> list[str]:
     return sorted(removed)
 
 
-def state_metadata(step: int, run_id: str, pending_metrics: list) -> dict:
-    return {STATE: {"step": step, "run_id": run_id, "pending_metrics": pending_metrics}}
+def state_metadata(step: int, run_id: str, pending_metrics: list, tracking_uri: str | None = None) -> dict:
+    return {STATE: {"step": step, "run_id": run_id, "tracking_uri": tracking_uri, "pending_metrics": pending_metrics}}
 
 
 def prune(root: str | Path, keep: int) -> None:
@@ -98,7 +99,7 @@ async def save_checkpoint(cfg, trainer, tracker, step: int, loop: dict | None = 
     once it is on disk."""
     pending = tracker.take_pending()
     path = step_dir(cfg.checkpoint.dir, step)
-    metadata = state_metadata(step, tracker.run_id, pending)
+    metadata = state_metadata(step, tracker.run_id, pending, tracker.uri)
     if loop is not None:
         metadata[LOOP] = loop  # (state.json is what marks the directory complete, whatever the write order)
     await trainer.route().save.call_one(str(path), metadata)

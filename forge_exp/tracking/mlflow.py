@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from forge_exp.tracking.store import (  # noqa: F401 — ensure_store: the sweep callback's too
-    SPOOL_FILE, Ownership, create_experiment, ensure_store, read_spool, send_rows, store_lock, wait_for, write_spool,
+    SPOOL_FILE, Ownership, TrackingRefused, create_experiment, ensure_store, read_spool, send_rows, store_lock,
+    wait_for, write_spool,
 )
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,14 @@ class Tracker:
 
     def _open(self, experiment, run_name, tags, run_id, parent_run_id) -> None:
         self._begun.wait()
+        try:
+            self._open_run(experiment, run_name, tags, run_id, parent_run_id)
+        except Exception as e:  # noqa: BLE001 — MLflow's own exception types vary by store; one line for all
+            why = (str(e).strip().splitlines() or [""])[0][:300]
+            raise TrackingRefused(f"tracking.uri={self.uri}: MLflow did not open the run of experiment "
+                                  f"{experiment!r} ({type(e).__name__}: {why})") from e
+
+    def _open_run(self, experiment, run_name, tags, run_id, parent_run_id) -> None:
         from mlflow.entities import RunTag
         from mlflow.tracking import MlflowClient
 

@@ -44,6 +44,11 @@ class StoreUnavailable(ValueError):
     """The tracking store cannot be reached or created: one line naming tracking.uri."""
 
 
+class TrackingRefused(RuntimeError):
+    """The store refused to open the run once the run was under way (what the checks before the start could not
+    foresee): `str()` is the CLI's last line."""
+
+
 def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 

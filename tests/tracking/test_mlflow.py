@@ -4,6 +4,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from forge_exp.tracking.mlflow import Tracker, default_tracking_uri, flatten
+from forge_exp.tracking.store import TrackingRefused
 
 
 def test_flatten_gives_dotted_keys():
@@ -66,6 +67,20 @@ def test_failed_app_marks_the_run_failed_and_keeps_what_was_logged(tmp_path):
     assert run.info.status == "FAILED" and run.data.metrics["loss"] == 1.0
 
 
+def test_a_store_that_refuses_the_run_under_way_is_one_line_naming_the_uri(tmp_path):
+    """What the checks before the start could not foresee (the experiment deleted after them, say)."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    client.delete_experiment(client.create_experiment("exp"))
+    t = Tracker(uri, "exp")
+    t.begin()
+    with pytest.raises(TrackingRefused, match=rf"^tracking\.uri={uri}: MLflow did not open the run of experiment 'exp' "
+                                              r"\(MlflowException: .*deleted.*\)$"):
+        t.run_id
+    with pytest.raises(TrackingRefused):  # the next call to the tracker says the same
+        t.log_metrics({"loss": 1.0}, step=1)
+
+
 def test_child_run_points_at_its_parent(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with Tracker(uri, "exp", run_name="sweep") as parent:
@@ -93,9 +108,6 @@ def test_a_store_that_cannot_be_opened_fails_the_next_call(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     t = Tracker(f"sqlite:///{blocker}/mlruns/mlflow.db", "exp")  # returns at once: the store opens on a thread
-    with pytest.raises(OSError):
-        t.run_id
-    with pytest.raises(OSError):
-        t.log_metrics({"loss": 1.0}, step=1)
-    with pytest.raises(OSError):
-        t.close()
+    for call in (lambda: t.run_id, lambda: t.log_metrics({"loss": 1.0}, step=1), t.close):
+        with pytest.raises(TrackingRefused, match=r"did not open the run of experiment 'exp' \(NotADirectoryError"):
+            call()

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import forge_exp.launch.resources  # noqa: F401 — the resolvers conf/hydra/launcher/*.yaml use
 from forge_exp.apps.faults import EXIT_CONFIG, EXIT_FAILED, NOT_STARTED, STOP, RunFailed, Stopped, stop_signals
+from forge_exp.apps.rundir import claim, claim_given, held
 from forge_exp.config.aliases import expand
 from forge_exp.config.enums import plain
 from forge_exp.config.store import register
@@ -71,6 +72,9 @@ def run(cfg: DictConfig) -> float | None:
         config.output_dir = os.path.abspath(config.output_dir or HydraConfig.get().runtime.output_dir)
         config.checkpoint.dir = os.path.abspath(config.checkpoint.dir or os.path.join(config.output_dir,
                                                                                       "checkpoints"))
+        claim(config.output_dir)  # one owner per run dir (apps/rundir.py), and per checkpoint dir
+        if os.path.commonpath([config.output_dir, config.checkpoint.dir]) != config.output_dir:
+            claim(config.checkpoint.dir, "checkpoint.dir")
         from forge_exp.apps.preflight import check, resolve_model
         from forge_exp.runtime.zygote_server import quiet_load
 
@@ -93,6 +97,10 @@ def run(cfg: DictConfig) -> float | None:
             raise ValueError(f"resume=true: no checkpoint in {config.checkpoint.dir} (checkpoint.dir); resume "
                              f"continues a run in its own run dir: give hydra.run.dir=<that run's dir> (the default "
                              f"dir is new for every command) and run it with checkpoint.every > 0")
+        if not config.resume and config.checkpoint.every and (earlier := latest(config.checkpoint.dir)):
+            raise ValueError(f"checkpoint.dir={config.checkpoint.dir} holds the checkpoints of MLflow run "
+                             f"{earlier.run_id} (the newest: step {earlier.step}), which this run would overwrite: "
+                             f"continue that run with resume=true, or start this one in another hydra.run.dir")
         uri = config.tracking.uri or default_tracking_uri()
         check_store(uri)  # a server that does not answer is one line here, not minutes of retries later
         check_names(uri, config.tracking.experiment, *((resume.run_id, resume.tracking_uri) if resume else ()))
@@ -105,7 +113,7 @@ def run(cfg: DictConfig) -> float | None:
         from forge_exp.runtime import zygote  # the checks imported), whose imports overlap the tracker's and the
         # mesh's start (runtime/zygote.py)
 
-        zygote.start()
+        zygote.start(own=held())  # (the run dir's lock: not the server's to keep)
     with stop_signals():
         summary, tracker = _track(cfg, config, uri, resume)
     _print_summary(summary, tracker, time.time() - t0)
@@ -273,6 +281,7 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its multi-line report and exiting
     try:
         check_printed_config(args)
+        claim_given(args)
         hydra_main()
     except Exception as e:  # noqa: BLE001 — anything not a config mistake is re-raised below
         message = explain(e, args)

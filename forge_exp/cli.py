@@ -87,12 +87,16 @@ def run(cfg: DictConfig) -> float | None:
 
             if problem := slurm_problem("cluster=slurm", "cluster=local"):
                 raise ValueError(problem)
-        from forge_exp.apps.checkpoint import latest
+        from forge_exp.apps.checkpoint import latest, set_aside
         from forge_exp.tracking.answers import check_names
         from forge_exp.tracking.mlflow import default_tracking_uri
         from forge_exp.tracking.store import check_store
 
-        resume = latest(config.checkpoint.dir) if config.resume else None
+        damaged: list = []
+        resume = latest(config.checkpoint.dir, damaged) if config.resume else None
+        if config.resume and resume is None and damaged:
+            raise ValueError(f"resume=true: no intact checkpoint in {config.checkpoint.dir} (checkpoint.dir): " +
+                             "; ".join(f"{path.name}: {why}" for path, why in damaged))
         if config.resume and resume is None:
             raise ValueError(f"resume=true: no checkpoint in {config.checkpoint.dir} (checkpoint.dir); resume "
                              f"continues a run in its own run dir: give hydra.run.dir=<that run's dir> (the default "
@@ -104,6 +108,8 @@ def run(cfg: DictConfig) -> float | None:
         uri = config.tracking.uri or default_tracking_uri()
         check_store(uri)  # a server that does not answer is one line here, not minutes of retries later
         check_names(uri, config.tracking.experiment, *((resume.run_id, resume.tracking_uri) if resume else ()))
+        for line in set_aside(damaged):  # the input is good: the run resumes from an older checkpoint
+            print(f"forge-exp: warning: {line}; resuming from {resume.path.name}", file=sys.stderr)
     except ValueError as e:  # one clear line, before any process is spawned
         print(f"forge-exp: error: {e}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
@@ -144,6 +150,7 @@ def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
             # a sweep job: the sweep's parent run, exported by forge_exp.launch.sweep.SweepTracker (hydra.callbacks)
             parent_run_id=config.tracking.parent_run_id or os.environ.get("FORGE_EXP_PARENT_RUN_ID"),
             run_id=resume.run_id if resume else None,
+            resume_step=resume.step if resume else None,
             hold=config.checkpoint.every > 0,
             run_dir=config.output_dir,
             close_wait_s=config.tracking.close_wait_s,

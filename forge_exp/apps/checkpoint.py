@@ -10,6 +10,12 @@ run is bit for bit the run that was not interrupted (tests/faults/test_resume_ex
 Those metrics reach MLflow only after the checkpoint is on disk (and are re-sent on resume if the run died in
 between), so a resumed run logs every step exactly once. A save killed half-way leaves a hidden temporary
 directory or a step directory without state.json; `clean_partial()` removes them when a run starts.
+
+A checkpoint's last file is its manifest (models/checkpoint.py: the size and sha256 of every file). `latest()`
+returns the newest checkpoint that is intact; newer damaged ones (a crash before the data reached the disk, a full
+disk, a copy cut short, a state.json that does not parse) are reported with the file and the reason, and a resume
+continues from the older one (`set_aside` moves the damaged out of the way). The steps the damaged one had logged
+are trained again but not logged again (tracking/mlflow.py: the resumed run's rewind).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forge_exp.models.checkpoint import verify_manifest
 from forge_exp.models.sampling import derive_seed
 
 STATE = "state.json"
@@ -50,22 +57,53 @@ def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"step_{step:07d}"
 
 
-def latest(root: str | Path | None) -> ResumeState | None:
-    """The newest complete checkpoint under root (one with state.json), or None."""
+def latest(root: str | Path | None, damaged: list[tuple[Path, str]] | None = None) -> ResumeState | None:
+    """The newest intact checkpoint under root (state.json there, every file as its manifest says, the JSON files
+    readable), or None. Newer damaged ones are appended to `damaged` as (path, what is wrong)."""
     if root is None or not Path(root).is_dir():
         return None
-    done = sorted(
-        (p for p in Path(root).iterdir() if re.fullmatch(r"step_\d+", p.name) and (p / STATE).is_file()),
-        key=lambda p: int(p.name[5:]),
-    )
-    if not done:
-        return None
-    state = json.loads((done[-1] / STATE).read_text())
-    loop = json.loads((done[-1] / LOOP).read_text()) if (done[-1] / LOOP).is_file() else None
-    return ResumeState(
-        step=state["step"], run_id=state["run_id"], path=done[-1], tracking_uri=state.get("tracking_uri"),
-        pending_metrics=[tuple(m) for m in state.get("pending_metrics", [])], loop=loop,
-    )
+    for path in reversed(_complete(root)):
+        try:
+            if why := verify_manifest(path):
+                raise ValueError(why)
+            state = _json(path / STATE)
+            loop = _json(path / LOOP) if (path / LOOP).is_file() else None
+            return ResumeState(
+                step=state["step"], run_id=state["run_id"], path=path, tracking_uri=state.get("tracking_uri"),
+                pending_metrics=[tuple(m) for m in state.get("pending_metrics", [])], loop=loop,
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            if damaged is not None:
+                damaged.append((path, str(e) if isinstance(e, ValueError) else f"{STATE} lacks {e}"))
+    return None
+
+
+def _complete(root: str | Path) -> list[Path]:
+    """The step directories under root that a save finished (state.json written), oldest first."""
+    done = (p for p in Path(root).iterdir() if re.fullmatch(r"step_\d+", p.name) and (p / STATE).is_file())
+    return sorted(done, key=lambda p: int(p.name[5:]))
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:  # UnicodeDecodeError too
+        raise ValueError(f"{path.name} is not valid JSON ({e})") from None
+
+
+def set_aside(damaged: list[tuple[Path, str]]) -> list[str]:
+    """Move damaged checkpoints to step_N.damaged (kept to look at; never resumed from or pruned); what was done,
+    one line each."""
+    lines = []
+    for path, why in damaged:
+        aside = path.with_name(f"{path.name}.damaged")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = path.with_name(f"{path.name}.damaged{n}")
+        path.rename(aside)
+        lines.append(f"checkpoint {path} is damaged ({why}); moved to {aside.name}")
+    return lines
 
 
 def clean_partial(root: str | Path | None) -> list[str]:
@@ -89,7 +127,7 @@ def state_metadata(step: int, run_id: str, pending_metrics: list, tracking_uri: 
 
 def prune(root: str | Path, keep: int) -> None:
     """Remove all but the newest `keep` checkpoints."""
-    done = sorted((p for p in Path(root).glob("step_*") if (p / STATE).is_file()), key=lambda p: int(p.name[5:]))
+    done = _complete(root)
     for old in done[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
 

@@ -1,12 +1,16 @@
 """HF-format checkpoints: safetensors weights + config.json + tokenizer files in one directory.
 
 A directory written here loads with plain `transformers.AutoModelForCausalLM.from_pretrained(dir)` and
-`AutoTokenizer.from_pretrained(dir)`, and as `model.path=<dir>` in any experiment.
+`AutoTokenizer.from_pretrained(dir)`, and as `model.path=<dir>` in any experiment. Its last file is MANIFEST: the
+size and sha256 of every other file, each flushed to disk first, so `verify_manifest` can tell a checkpoint that a
+crash, a full disk or a copy cut short left damaged from an intact one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,6 +24,7 @@ if TYPE_CHECKING:  # only annotations here: the modeling code loads with the mod
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 OPTIMIZER = "optimizer.pt"  # optimizer state_dict (torch.save) beside the weights, for resuming training
+MANIFEST = "manifest.json"  # {relative path: {"size", "sha256"}} of every other file, written last
 
 
 def save_hf_checkpoint(
@@ -47,6 +52,7 @@ def save_hf_checkpoint(
             (tmp / name).write_text(json.dumps(obj, indent=2, sort_keys=True))
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / OPTIMIZER)
+        write_manifest(tmp)
         try:
             move_into_place(tmp, directory)
         except OSError:
@@ -55,6 +61,48 @@ def save_hf_checkpoint(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return directory
+
+
+def write_manifest(directory: str | Path) -> None:
+    """Flush every file under `directory` to disk and record its size and sha256 in MANIFEST, written last."""
+    root = Path(directory)
+    files = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST):
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 23):
+                digest.update(chunk)
+            os.fsync(f.fileno())  # on disk before the manifest says so (a rename is not a flush)
+        files[str(path.relative_to(root))] = {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+    with open(root / MANIFEST, "w") as f:
+        json.dump({"files": files}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def verify_manifest(directory: str | Path) -> str | None:
+    """Why the checkpoint in `directory` is not as its MANIFEST says (a file missing, cut short or changed), or
+    None when it is; a directory without MANIFEST (written before it existed) is not checked."""
+    root = Path(directory)
+    if not (root / MANIFEST).is_file():
+        return None
+    try:
+        files = json.loads((root / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"{MANIFEST} is unreadable ({type(e).__name__})"
+    for name, want in files.items():
+        path = root / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != want["size"]:
+            return f"{name} has {path.stat().st_size} bytes, the manifest says {want['size']}"
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 23):
+                digest.update(chunk)
+        if digest.hexdigest() != want["sha256"]:
+            return f"{name} differs from what was written (sha256)"
+    return None
 
 
 AT_FDCWD = -100

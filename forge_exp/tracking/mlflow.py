@@ -39,6 +39,7 @@ EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
 RETRY_S = (5, 10, 30, 60)  # after a failed send, wait this long (then the next) before trying again
 CLOSE_WAIT_S = 60.0  # at the end, how long to keep trying to reach the store before leaving it to the next start
+REWIND_KEY = "loss/total"  # logged at every step by every loop: its history says which steps MLflow has
 
 
 def default_tracking_uri(root: str | os.PathLike | None = None) -> str:
@@ -80,6 +81,7 @@ class Tracker:
         tags: Mapping[str, str] | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
+        resume_step: int | None = None,
         hold: bool = False,
         run_dir: str | os.PathLike | None = None,
         close_wait_s: float = CLOSE_WAIT_S,
@@ -87,13 +89,16 @@ class Tracker:
         """Returns at once; the store and the run are opened on the tracker's thread once begin() is called (see the
         module docstring). hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once
         the checkpoint that covers their steps is on disk, so a resumed run logs no step twice. `run_dir`: where the
-        run claims its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take."""
+        run claims its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take.
+        `resume_step`: the checkpoint a resumed run (run_id) continues from; steps after it that the run had logged
+        already (its newer checkpoint was damaged or removed) are trained again but not logged again."""
         self.uri = uri
         self.hold = hold
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.owner = Ownership(run_dir) if run_dir is not None else None
         self.spool: Path | None = None  # set once the run id is known
         self._unsent: list[tuple] = []  # rows the store did not take (only the tracker's thread touches them)
+        self.resume_step, self._logged = resume_step, (0, 0)  # steps (after, through] MLflow has: not sent again
         self._retry_at, self._failures = 0.0, 0
         self.close_wait_s = close_wait_s
         self._metrics: list[tuple[str, float, int, int]] = []
@@ -137,11 +142,32 @@ class Tracker:
         else:  # resuming: same run, more steps
             client.update_run(run_id, status="RUNNING")
             client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+            self._rewind(run_id)
         self._run_id = run_id
         if self.run_dir is not None:
             self.spool = self.run_dir / SPOOL_FILE.format(run_id=run_id)
             self._unsent = read_spool(self.spool)
             self.owner.claim(self.uri, run_id)
+
+    def _rewind(self, run_id: str) -> None:
+        """A resume from an older checkpoint than the run's newest logged step: MLflow keeps the first values of the
+        steps in between (it cannot delete points), the run is tagged so, and they are not sent again."""
+        if self.resume_step is None:
+            return
+        logged = max((m.step for m in self._client.get_metric_history(run_id, REWIND_KEY)), default=0)
+        if logged <= self.resume_step:
+            return
+        self._logged = (self.resume_step, logged)
+        steps = f"steps {self.resume_step + 1}-{logged}"
+        self._client.set_tag(run_id, "forge_exp.rewound", f"{steps} were trained again from the checkpoint of step "
+                                                          f"{self.resume_step}; MLflow keeps their first values")
+        print(f"forge-exp: warning: MLflow run {run_id} has {steps} already (a newer checkpoint was damaged or "
+              f"removed); they are trained again from step {self.resume_step} and not logged twice (tag "
+              f"forge_exp.rewound)", file=sys.stderr, flush=True)
+
+    def _not_logged(self, rows: list[tuple]) -> list[tuple]:
+        after, through = self._logged
+        return [r for r in rows if not after < r[3] <= through]
 
     # --- the run, once open (these wait for the tracker's thread) --------------------------------------------
     @property
@@ -238,7 +264,7 @@ class Tracker:
         return self._now(self._deliver, list(rows))
 
     def _deliver(self, rows: list[tuple]) -> bool:
-        self._unsent.extend(rows)
+        self._unsent.extend(self._not_logged(rows))
         if not self._unsent or time.monotonic() < self._retry_at:
             self._save_unsent()
             return not self._unsent
@@ -312,7 +338,7 @@ class Tracker:
             self._io.shutdown(wait=True)
 
     def _finish(self, rows: list[tuple], status: str, wait_s: float) -> bool:
-        self._unsent.extend(rows)
+        self._unsent.extend(self._not_logged(rows))
 
         def finish() -> None:
             if self._unsent:

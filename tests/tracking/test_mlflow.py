@@ -81,6 +81,29 @@ def test_a_store_that_refuses_the_run_under_way_is_one_line_naming_the_uri(tmp_p
         t.log_metrics({"loss": 1.0}, step=1)
 
 
+def test_a_resume_from_an_older_checkpoint_logs_no_step_twice(tmp_path, capsys):
+    """Steps 1-8 logged, the checkpoint of step 8 lost: resumed from step 4, steps 5-8 are trained again; MLflow keeps
+    their first values (it cannot delete points), the run says so in a tag, and steps 9-10 are logged once."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with Tracker(uri, "exp", hold=True) as first:
+        for step in range(1, 9):
+            first.log_metrics({"loss/total": float(step), "eval/accuracy": 0.5}, step=step)
+        first.commit()
+    with Tracker(uri, "exp", run_id=first.run_id, resume_step=4, hold=True) as again:
+        for step in range(5, 11):
+            again.log_metrics({"loss/total": -float(step), "eval/accuracy": 0.9}, step=step)
+            if step == 6:
+                again.commit()
+    client = MlflowClient(uri)
+    for key in ("loss/total", "eval/accuracy"):
+        assert sorted(m.step for m in client.get_metric_history(first.run_id, key)) == list(range(1, 11)), key
+    values = {m.step: m.value for m in client.get_metric_history(first.run_id, "loss/total")}
+    assert [values[s] for s in (4, 5, 8, 9, 10)] == [4.0, 5.0, 8.0, -9.0, -10.0]
+    tag = client.get_run(first.run_id).data.tags["forge_exp.rewound"]
+    assert tag == "steps 5-8 were trained again from the checkpoint of step 4; MLflow keeps their first values"
+    assert "has steps 5-8 already" in capsys.readouterr().err
+
+
 def test_child_run_points_at_its_parent(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with Tracker(uri, "exp", run_name="sweep") as parent:

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import forge_exp.launch.resources  # noqa: F401 — the resolvers conf/hydra/launcher/*.yaml use
 from forge_exp.apps.faults import EXIT_CONFIG, EXIT_FAILED, NOT_STARTED, STOP, RunFailed, Stopped, stop_signals
-from forge_exp.apps.rundir import claim, claim_given, held
+from forge_exp.apps.rundir import claim_given, held, own_dirs
 from forge_exp.config.aliases import expand
 from forge_exp.config.enums import plain
 from forge_exp.config.store import register
@@ -68,13 +68,7 @@ def run(cfg: DictConfig) -> float | None:
     t0 = time.time()
     try:
         config = validate(cfg)
-        # absolute: the service processes and a resumed run (possibly from another cwd) read the same paths
-        config.output_dir = os.path.abspath(config.output_dir or HydraConfig.get().runtime.output_dir)
-        config.checkpoint.dir = os.path.abspath(config.checkpoint.dir or os.path.join(config.output_dir,
-                                                                                      "checkpoints"))
-        claim(config.output_dir)  # one owner per run dir (apps/rundir.py), and per checkpoint dir
-        if os.path.commonpath([config.output_dir, config.checkpoint.dir]) != config.output_dir:
-            claim(config.checkpoint.dir, "checkpoint.dir")
+        own_dirs(config, HydraConfig.get().runtime.output_dir)  # one owner per run dir (apps/rundir.py)
         from forge_exp.apps.preflight import check, resolve_model
         from forge_exp.runtime.zygote_server import quiet_load
 
@@ -87,27 +81,18 @@ def run(cfg: DictConfig) -> float | None:
 
             if problem := slurm_problem("cluster=slurm", "cluster=local"):
                 raise ValueError(problem)
-        from forge_exp.apps.checkpoint import latest, set_aside
+        from forge_exp.apps.checkpoint import config_changes, resume_point, set_aside
         from forge_exp.tracking.answers import check_names
         from forge_exp.tracking.mlflow import default_tracking_uri
         from forge_exp.tracking.store import check_store
 
-        damaged: list = []
-        resume = latest(config.checkpoint.dir, damaged) if config.resume else None
-        if config.resume and resume is None and damaged:
-            raise ValueError(f"resume=true: no intact checkpoint in {config.checkpoint.dir} (checkpoint.dir): " +
-                             "; ".join(f"{path.name}: {why}" for path, why in damaged))
-        if config.resume and resume is None:
-            raise ValueError(f"resume=true: no checkpoint in {config.checkpoint.dir} (checkpoint.dir); resume "
-                             f"continues a run in its own run dir: give hydra.run.dir=<that run's dir> (the default "
-                             f"dir is new for every command) and run it with checkpoint.every > 0")
-        if not config.resume and config.checkpoint.every and (earlier := latest(config.checkpoint.dir)):
-            raise ValueError(f"checkpoint.dir={config.checkpoint.dir} holds the checkpoints of MLflow run "
-                             f"{earlier.run_id} (the newest: step {earlier.step}), which this run would overwrite: "
-                             f"continue that run with resume=true, or start this one in another hydra.run.dir")
+        resume, damaged = resume_point(config)
         uri = config.tracking.uri or default_tracking_uri()
         check_store(uri)  # a server that does not answer is one line here, not minutes of retries later
-        check_names(uri, config.tracking.experiment, *((resume.run_id, resume.tracking_uri) if resume else ()))
+        params = check_names(uri, config.tracking.experiment, *((resume.run_id, resume.tracking_uri) if resume else ()))
+        resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        resolved["model"]["dtype"] = plain(config.model.dtype)  # what `auto` became (apps/preflight.resolve_model)
+        changes = config_changes(params, resolved) if resume else {}  # what the run was started with: MLflow's params
         for line in set_aside(damaged):  # the input is good: the run resumes from an older checkpoint
             print(f"forge-exp: warning: {line}; resuming from {resume.path.name}", file=sys.stderr)
     except ValueError as e:  # one clear line, before any process is spawned
@@ -121,12 +106,12 @@ def run(cfg: DictConfig) -> float | None:
 
         zygote.start(own=held())  # (the run dir's lock: not the server's to keep)
     with stop_signals():
-        summary, tracker = _track(cfg, config, uri, resume)
+        summary, tracker = _track(cfg, config, uri, resume, resolved, changes)
     _print_summary(summary, tracker, time.time() - t0)
     return summary.get("eval/accuracy_end")
 
 
-def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
+def _track(cfg, config, uri, resume, resolved, changes) -> tuple[dict[str, float], object]:
     from forge_exp.apps import run_app  # imports monarch: only after the config is known to be good
     from forge_exp.apps.checkpoint import clean_partial
     from forge_exp.runtime.hosts import hosts_for
@@ -139,8 +124,6 @@ def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
         print(f"forge-exp: {line}", file=sys.stderr)
     if removed := clean_partial(config.checkpoint.dir):
         log.warning("removed partial checkpoints left by an interrupted save: %s", ", ".join(removed))
-    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    resolved["model"]["dtype"] = plain(config.model.dtype)  # what `auto` became (apps/preflight.resolve_model)
     try:
         tracker = Tracker(
             uri,
@@ -159,7 +142,12 @@ def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
             if tracker.send(resume.pending_metrics):
                 resume.mark_flushed()
         with tracker:
-            tracker.log_params(resolved)
+            tracker.log_params(resolved)  # new keys only: MLflow keeps a param's first value
+            if changes:  # a resume's changes the params cannot show (steps, eval cadence, ...), recorded
+                said = "; ".join(f"{k}: {was} -> {now}" for k, (was, now) in changes.items())
+                tracker.set_tags({f"forge_exp.resume.step_{resume.step}": said})
+                print(f"forge-exp: resuming from step {resume.step} with {said} (tag forge_exp.resume.step_"
+                      f"{resume.step})", file=sys.stderr)
             tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")
             meshes = plan_for(config)
             runtime = Runtime(meshes, hosts=hosts_for(config, meshes))  # hosts: None unless cluster=slurm

@@ -78,6 +78,26 @@ def latest(root: str | Path | None, damaged: list[tuple[Path, str]] | None = Non
     return None
 
 
+def resume_point(config) -> tuple[ResumeState | None, list[tuple[Path, str]]]:
+    """What this run continues: with resume=true the newest intact checkpoint of checkpoint.dir (and the damaged
+    newer ones, for set_aside), else nothing; a ValueError when there is none to resume, or when a fresh run would
+    overwrite another run's checkpoints."""
+    root, damaged = config.checkpoint.dir, []
+    resume = latest(root, damaged) if config.resume else None
+    if config.resume and resume is None and damaged:
+        raise ValueError(f"resume=true: no intact checkpoint in {root} (checkpoint.dir): " +
+                         "; ".join(f"{path.name}: {why}" for path, why in damaged))
+    if config.resume and resume is None:
+        raise ValueError(f"resume=true: no checkpoint in {root} (checkpoint.dir); resume continues a run in its own "
+                         f"run dir: give hydra.run.dir=<that run's dir> (the default dir is new for every command) "
+                         f"and run it with checkpoint.every > 0")
+    if not config.resume and config.checkpoint.every and (earlier := latest(root)):
+        raise ValueError(f"checkpoint.dir={root} holds the checkpoints of MLflow run {earlier.run_id} (the newest: "
+                         f"step {earlier.step}), which this run would overwrite: continue that run with resume=true, "
+                         f"or start this one in another hydra.run.dir")
+    return resume, damaged
+
+
 def _complete(root: str | Path) -> list[Path]:
     """The step directories under root that a save finished (state.json written), oldest first."""
     done = (p for p in Path(root).iterdir() if re.fullmatch(r"step_\d+", p.name) and (p / STATE).is_file())
@@ -104,6 +124,30 @@ def set_aside(damaged: list[tuple[Path, str]]) -> list[str]:
         path.rename(aside)
         lines.append(f"checkpoint {path} is damaged ({why}); moved to {aside.name}")
     return lines
+
+
+# What a resume may change: how long and where the run goes on, how it is evaluated, checkpointed and tracked; not
+# what it trains (model, algorithm, data, rewards, engines, seed). Exact keys, then prefixes.
+RESUME_MAY_CHANGE = ("steps", "progress", "output_dir")
+RESUME_MAY_CHANGE_UNDER = ("eval.", "checkpoint.", "tracking.", "services.", "cluster.", "model.warmstart.")
+
+
+def config_changes(params: dict[str, str], resolved: dict) -> dict[str, tuple[str, str]]:
+    """How this command's config differs from the run's (its MLflow params, logged at its first start, the way
+    the tracker logs them): {key: (the run's, this one's)} for keys a resume may change; a ValueError naming the
+    others. Keys one of them lacks (added or removed by a newer forge-exp) are not compared."""
+    from forge_exp.tracking.mlflow import MAX_PARAM_LEN, flatten
+
+    now = {k: str(v)[:MAX_PARAM_LEN] for k, v in flatten(resolved).items()}
+    changed = {k: (params[k], v) for k, v in now.items() if k in params and params[k] != v and k != "resume"}
+    refused = [k for k in changed if k not in RESUME_MAY_CHANGE and not k.startswith(RESUME_MAY_CHANGE_UNDER)]
+    if refused:
+        shown = ", ".join(f"{k}={changed[k][1]} (the run has {changed[k][0]})" for k in refused[:3])
+        more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+        raise ValueError(f"resume=true: {shown}{more}: a resume continues the same training; give the run's values, "
+                         f"or start a new run in another hydra.run.dir (a resume may change "
+                         f"{', '.join(RESUME_MAY_CHANGE[:2])}, {', '.join(p + '*' for p in RESUME_MAY_CHANGE_UNDER)})")
+    return changed
 
 
 def clean_partial(root: str | Path | None) -> list[str]:

@@ -5,6 +5,7 @@ forked process inherits (the fork server, the service processes). A second `forg
 `resume=true`, is refused in one line naming the owner's pid while the owner lives, and may take over once it is
 dead: nothing one run writes is overwritten or pruned by another.
 
+    own_dirs(config, run_dir)    the run's directories made absolute and claimed
     claim(directory, key)        lock it for this process (idempotent); ConfigError naming the owner when it is busy
     claim_given(args)            main(): an explicit hydra.run.dir, claimed before Hydra writes .hydra/ into it
     held()                       the descriptors of the locks held (the fork server's child closes them)
@@ -24,6 +25,16 @@ from forge_exp.config.validate import ConfigError
 
 LOCK_FILE = ".forge_run.lock"
 _HELD: dict[str, int] = {}  # real path of a claimed dir -> its lock's descriptor, open until this process ends
+
+
+def own_dirs(config, run_dir: str) -> None:
+    """Make output_dir (default: Hydra's run dir) and checkpoint.dir absolute, the service processes and a resumed
+    run (maybe from another cwd) reading the same paths, and claim both for this process."""
+    config.output_dir = os.path.abspath(config.output_dir or run_dir)
+    config.checkpoint.dir = os.path.abspath(config.checkpoint.dir or os.path.join(config.output_dir, "checkpoints"))
+    claim(config.output_dir)
+    if os.path.commonpath([config.output_dir, config.checkpoint.dir]) != config.output_dir:
+        claim(config.checkpoint.dir, "checkpoint.dir")
 
 
 def claim(directory: str, key: str = "hydra.run.dir") -> int:

@@ -1,6 +1,7 @@
 """What a GRPO checkpoint carries beyond the weights, piece by piece: the replay buffer (episodes and RNG) through
 JSON, the prompt stream's position, the rollout seeds; and what a killed save leaves behind is cleaned up. The whole
-of it, resumed bit for bit: tests/faults/test_resume_exact.py."""
+of it, resumed bit for bit: tests/faults/test_resume_exact.py. Which checkpoint a resume takes (the newest intact
+one) and which config changes it accepts."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import os
 import random
 import subprocess
 import sys
+
+import pytest
 
 from forge_exp.apps.checkpoint import LOOP, STATE, clean_partial, latest, rollout_seed, set_aside, step_dir
 from forge_exp.data import hf
@@ -126,3 +129,19 @@ def test_a_checkpoint_without_a_manifest_is_read_as_before_and_bad_json_is_named
 def test_json_keeps_floats_exactly():
     xs = [random.Random(0).random() * 10 ** e for e in range(-300, 300, 7)]
     assert json.loads(json.dumps(xs)) == xs
+
+
+def test_a_resume_may_change_when_and_where_the_run_goes_on_but_not_what_it_trains():
+    from forge_exp.apps.checkpoint import config_changes
+
+    logged = {"steps": "30", "resume": "False", "eval.every": "0", "model.hidden_size": "32", "seed": "0",
+              "algorithm.loss.beta": "0.0", "removed.by.an.upgrade": "x"}
+    now = {"steps": 36, "resume": True, "eval": {"every": 5}, "model": {"hidden_size": 32}, "seed": 0,
+           "algorithm": {"loss": {"beta": 0.0}}, "dataset": {"bad_rows": "fail"}}  # (a key the run did not have)
+    assert config_changes(logged, now) == {"steps": ("30", "36"), "eval.every": ("0", "5")}
+    now["model"]["hidden_size"], now["seed"] = 64, 1
+    with pytest.raises(ValueError, match=r"^resume=true: model\.hidden_size=64 \(the run has 32\), seed=1 \(the run "
+                                         r"has 0\): a resume continues the same training; give the run's values, or "
+                                         r"start a new run in another hydra\.run\.dir \(a resume may change steps, "
+                                         r"progress, eval\.\*, checkpoint\.\*"):
+        config_changes(logged, now)

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -197,17 +198,28 @@ async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
                 tracker.log_text(json.dumps(await runtime.hosts.placement(), indent=1), "runtime/hosts.json")
             return summary
     except asyncio.CancelledError:
-        if STOP.requested:  # before the first step, or the step in flight did not end within the grace period
-            why = (f"the step in flight did not end within checkpoint.stop_grace_s={config.checkpoint.stop_grace_s:g}"
-                   if STOP.steps_started else NOT_STARTED)
-            raise Stopped(STOP.requested, None, None, why) from None
+        if STOP.requested:  # before the first step, or a second signal, or the step in flight outlived the grace
+            if not STOP.steps_started:
+                raise Stopped(STOP.requested, None, None, NOT_STARTED) from None
+            why = (f"a second {signal.Signals(STOP.again).name} stopped it at once" if STOP.again else
+                   f"the step in flight did not end within checkpoint.stop_grace_s={config.checkpoint.stop_grace_s:g}")
+            raise Stopped(STOP.requested, None, None, why, _newest(config)) from None
         raise
     except ServiceFailed:
         if STOP.requested:  # SLURM signalled every process of the job and a service went down with it
-            raise Stopped(STOP.requested, None, None, "a service process was stopped too") from None
+            raise Stopped(STOP.requested, None, None, "a service process was stopped too", _newest(config)) from None
         raise
     finally:
         STOP.uninstall()
+
+
+def _newest(config) -> str | None:
+    """The newest checkpoint of this run (its dir is this run's alone), without reading its weights to verify
+    them: the time between SIGTERM and SLURM's SIGKILL is short."""
+    from forge_exp.apps.checkpoint import latest
+
+    newest = latest(config.checkpoint.dir, verify=False)
+    return f"{newest.path} (step {newest.step})" if newest else None
 
 
 def _default_run_name(name: str) -> str:

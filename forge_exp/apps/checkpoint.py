@@ -57,14 +57,16 @@ def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"step_{step:07d}"
 
 
-def latest(root: str | Path | None, damaged: list[tuple[Path, str]] | None = None) -> ResumeState | None:
+def latest(root: str | Path | None, damaged: list[tuple[Path, str]] | None = None,
+           verify: bool = True) -> ResumeState | None:
     """The newest intact checkpoint under root (state.json there, every file as its manifest says, the JSON files
-    readable), or None. Newer damaged ones are appended to `damaged` as (path, what is wrong)."""
+    readable), or None. Newer damaged ones are appended to `damaged` as (path, what is wrong). verify=False reads
+    the JSON files only (quick: no file is hashed)."""
     if root is None or not Path(root).is_dir():
         return None
     for path in reversed(_complete(root)):
         try:
-            if why := verify_manifest(path):
+            if verify and (why := verify_manifest(path)):
                 raise ValueError(why)
             state = _json(path / STATE)
             loop = _json(path / LOOP) if (path / LOOP).is_file() else None

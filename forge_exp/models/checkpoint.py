@@ -8,6 +8,7 @@ crash, a full disk or a copy cut short left damaged from an intact one.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -46,13 +47,19 @@ def save_hf_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; a checkpoint is read by other processes and users
     try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        for name, obj in (metadata or {}).items():
-            (tmp / name).write_text(json.dumps(obj, indent=2, sort_keys=True))
-        if optimizer is not None:
-            torch.save(optimizer.state_dict(), tmp / OPTIMIZER)
-        write_manifest(tmp)
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            for name, obj in (metadata or {}).items():
+                (tmp / name).write_text(json.dumps(obj, indent=2, sort_keys=True))
+            if optimizer is not None:
+                torch.save(optimizer.state_dict(), tmp / OPTIMIZER)
+            write_manifest(tmp)
+        except Exception as e:
+            if full := disk_full(tmp, e):  # torch says "unexpected pos 425152 vs 425044" when the disk is full
+                raise OSError(errno.ENOSPC, f"{full} while writing {directory}; free space there, or write "
+                                            f"checkpoints elsewhere (checkpoint.dir)") from e
+            raise
         try:
             move_into_place(tmp, directory)
         except OSError:
@@ -61,6 +68,23 @@ def save_hf_checkpoint(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return directory
+
+
+FULL_BYTES = 16 << 20  # a write failed with less than this free: the disk was full
+
+
+def disk_full(where: Path, error: BaseException) -> str | None:
+    """'no space left on device (N bytes free)' when `error` (or what caused it) is ENOSPC, or so little is left on
+    `where`'s file system that it was: libraries that write through their own streams lose the errno."""
+    free = shutil.disk_usage(where).free
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            break
+        cause = cause.__cause__ or cause.__context__
+    if cause is None and free >= FULL_BYTES:
+        return None
+    return f"no space left on device ({free} bytes free)"
 
 
 def write_manifest(directory: str | Path) -> None:

@@ -112,7 +112,8 @@ def safetensors_problem(path: Path) -> str | None:
         with open(path, "rb") as f:
             length = int.from_bytes(f.read(8), "little")
             if size < 8 or 8 + length > size:
-                return f"has a {path.name} of {size} bytes, too short for its own header (cut short, or not safetensors)"
+                return (f"has a {path.name} of {size} bytes, too short for its own header (cut short, or not "
+                        f"safetensors)")
             table = json.loads(f.read(length))
         end = max((int(t["data_offsets"][1]) for k, t in table.items() if k != "__metadata__"), default=0)
     except FileNotFoundError:

@@ -64,7 +64,7 @@ def _sqlite_answers(path, experiment: str, run_id: str | None) -> Found:
                          (experiment,)).fetchone()
         if exp:
             found.experiment_stage, found.experiment_id = exp[0], str(exp[1])
-        run = db.execute("SELECT lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone() if run_id else None
+        run = run_id and db.execute("SELECT lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
         if run:
             found.run_stage = run[0]
             found.params = dict(db.execute("SELECT key, value FROM params WHERE run_uuid = ?", (run_id,)).fetchall())

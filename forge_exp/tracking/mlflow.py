@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from forge_exp.tracking.store import (  # noqa: F401 — ensure_store: the sweep callback's too
-    SPOOL_FILE, Ownership, TrackingRefused, create_experiment, ensure_store, read_spool, send_rows, store_lock,
-    wait_for, write_spool,
+    SPOOL_FILE, Ownership, TrackingRefused, briefly, create_experiment, ensure_store, last_logged_step,
+    quiet_store_errors, read_spool, send_rows, store_lock, store_log_note, wait_for, write_spool,
 )
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,6 @@ EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
 RETRY_S = (5, 10, 30, 60)  # after a failed send, wait this long (then the next) before trying again
 CLOSE_WAIT_S = 60.0  # at the end, how long to keep trying to reach the store before leaving it to the next start
-REWIND_KEY = "loss/total"  # logged at every step by every loop: its history says which steps MLflow has
 
 
 def default_tracking_uri(root: str | os.PathLike | None = None) -> str:
@@ -125,6 +124,7 @@ class Tracker:
         from mlflow.entities import RunTag
         from mlflow.tracking import MlflowClient
 
+        quiet_store_errors(self.run_dir)
         ensure_store(self.uri)
         self._client = client = MlflowClient(self.uri)
         with store_lock(self.uri):  # several runs starting at once on a new store: one creates the experiment
@@ -154,7 +154,7 @@ class Tracker:
         steps in between (it cannot delete points), the run is tagged so, and they are not sent again."""
         if self.resume_step is None:
             return
-        logged = max((m.step for m in self._client.get_metric_history(run_id, REWIND_KEY)), default=0)
+        logged = last_logged_step(self._client, run_id)
         if logged <= self.resume_step:
             return
         self._logged = (self.resume_step, logged)
@@ -274,8 +274,8 @@ class Tracker:
             self._retry_at = time.monotonic() + RETRY_S[min(self._failures, len(RETRY_S) - 1)]
             self._failures += 1
             if self._failures == 1:
-                log.warning("MLflow at %s did not take %d metric rows (%s: %s); they are kept and sent again",
-                            self.uri, len(self._unsent), type(e).__name__, str(e).splitlines()[0][:200])
+                log.warning("MLflow at %s did not take %d metric rows (%s); they are kept and sent again%s", self.uri,
+                            len(self._unsent), briefly(e), store_log_note(self.run_dir))
             self._save_unsent()
             return False
         self._sent_all()
@@ -353,9 +353,9 @@ class Tracker:
             if self.owner is not None:
                 self.owner.pending(status)
             where = f"; {self.run_dir} keeps them for the next start there" if self.owner else ""
-            print(f"forge-exp: warning: MLflow at {self.uri} did not answer for {wait_s:.0f} s ({type(e).__name__}):"
-                  f" run {self._run_id} is not marked {status}, {len(self._unsent)} metric rows unsent{where}",
-                  file=sys.stderr)
+            print(f"forge-exp: warning: MLflow at {self.uri} did not take the run's end within {wait_s:.0f} s "
+                  f"({briefly(e)}): run {self._run_id} is not marked {status}, {len(self._unsent)} metric rows "
+                  f"unsent{where}{store_log_note(self.run_dir)}", file=sys.stderr)
             return False
         self._save_unsent()
         if self.owner is not None:

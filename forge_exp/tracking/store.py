@@ -96,6 +96,37 @@ def ensure_store(uri: str) -> None:
                                    f"{str(e).splitlines()[0] if str(e) else ''})") from e
 
 
+STORE_ERRORS = "mlflow.store.db.utils"  # MLflow's SQL store logs each failed write here, at ERROR, with a traceback
+STORE_LOG = "mlflow_errors.log"
+
+
+def quiet_store_errors(run_dir: Path | None) -> None:
+    """Send MLflow's SQL store error logs to <run dir>/mlflow_errors.log instead of stderr: a full disk made every
+    flush print its traceback and the SQL (1,290 lines before the tracker's own one-line warning, which says what
+    happened and names this file)."""
+    logger = logging.getLogger(STORE_ERRORS)
+    logger.propagate = False  # not up to the "mlflow" logger's stderr handler
+    if not logger.handlers:
+        logger.addHandler(logging.FileHandler(run_dir / STORE_LOG, delay=True) if run_dir else logging.NullHandler())
+
+
+def store_log_note(run_dir: Path | None) -> str:
+    log_file = run_dir / STORE_LOG if run_dir is not None else None
+    return f" (MLflow's own report: {log_file})" if log_file is not None and log_file.is_file() else ""
+
+
+def briefly(e: BaseException) -> str:
+    """An error in a few words: the type and first line of the exception at the root of it (MLflow's wraps
+    SQLAlchemy's, which wraps sqlite3's "database or disk is full" in lines of SQL and parameters)."""
+    for _ in range(8):
+        inner = e.__cause__ or e.__context__
+        if inner is None:
+            break
+        e = inner
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[0][:200] if lines else ''}"
+
+
 def check_store(uri: str) -> None:
     """What `forge-exp` checks of the store before any process starts, without importing MLflow where it can: a
     server answers; a local store is up to date, or the folder for a new one can be written (the tracker then
@@ -283,6 +314,11 @@ def reconcile(run_dir: str | os.PathLike) -> str | None:
         return None
     owner.release()
     return f"previous run {state['run_id']} in {run_dir}: {', '.join(done)}" if done else None
+
+
+def last_logged_step(client, run_id: str, key: str = "loss/total") -> int:
+    """The run's newest step in MLflow (by `key`, which every loop logs at every step); 0 if none."""
+    return max((m.step for m in client.get_metric_history(run_id, key)), default=0)
 
 
 def send_rows(client, run_id: str, rows: list[tuple], batch: int = 900) -> None:

@@ -14,7 +14,8 @@ from forge_exp.apps import rundir
 from forge_exp.config.validate import ConfigError
 from tests.conftest import ROOT
 
-HOLD = "import sys, time; from forge_exp.apps.rundir import claim; claim(sys.argv[1]); print('held', flush=True); time.sleep(600)"
+HOLD = ("import sys, time; from forge_exp.apps.rundir import claim; claim(sys.argv[1]); print('held', flush=True); "
+        "time.sleep(600)")
 
 
 def owner(directory) -> subprocess.Popen:

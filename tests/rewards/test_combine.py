@@ -125,7 +125,8 @@ def test_build_reward_with_user_targets(user_package):
         ({"a/b": {"_target_": MATH}}, r"name 'a/b'"),
         ({"x": {"_target_": "my_rewards.NeedsAJudge"}},  # its __init__'s own error, with the key and the class
          r"^reward\.functions\.x \(my_rewards\.NeedsAJudge\) raised RuntimeError: no judge model on this machine$"),
-        ({"x": {"_target_": "builtins.len"}}, r"^reward\.functions\.x\._target_: builtins\.len is not a reward function"),
+        ({"x": {"_target_": "builtins.len"}},
+         r"^reward\.functions\.x\._target_: builtins\.len is not a reward function"),
     ],
 )
 def test_build_reward_errors_name_the_key(user_package, functions, message):

@@ -29,8 +29,8 @@ def test_a_local_store_answers_for_its_experiments_and_runs(tmp_path):
     check_names(uri, "kept", run)
     check_names(uri, "new", run)  # another experiment's name: created; the run id is global
     client.delete_experiment(gone)
-    with pytest.raises(StoreUnavailable, match=rf"^tracking\.experiment=gone: the experiment is deleted in \S+; restore "
-                                               rf"it \(.* mlflow experiments restore --experiment-id {gone}\)"):
+    with pytest.raises(StoreUnavailable, match=rf"^tracking\.experiment=gone: the experiment is deleted in \S+; "
+                                               rf"restore it \(.* mlflow experiments restore --experiment-id {gone}\)"):
         check_names(uri, "gone")
     client.delete_run(run)
     with pytest.raises(StoreUnavailable, match=rf"^resume=true: the checkpoint's MLflow run {run} is deleted in "):

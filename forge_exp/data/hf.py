@@ -7,7 +7,8 @@
   + `set_epoch`) and never held in memory.
 - The eval split is a fixed list: the first `eval_size` rows, in file order.
 - Local files: `train_path` and `eval_path` (jsonl, json or parquet by extension; a glob matches several files);
-  without `eval_path` there is no eval split.
+  without `eval_path` there is no eval split. Loaded by `datasets` where it can type them; streamed, or where it
+  cannot (rows whose fields differ in type), read as they are (data/files.py) and checked row by row.
 - Targets: "gsm8k" takes the text after the last `####` with thousands commas removed; "boxed" the last
   `\\boxed{}` of a worked solution (MATH); "raw" the answer field as it is.
 - Prompts longer than `max_prompt_tokens` are skipped (counted in `skipped`), not truncated: a cut question has
@@ -22,7 +23,6 @@ read).
 
 from __future__ import annotations
 
-import glob
 import itertools
 import json
 import logging
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge_exp import choices
-from forge_exp.data.files import array_after_white_space, data_files, file_rows, jsonl_rows
+from forge_exp.data.files import array_after_white_space, data_files, file_rows
 from forge_exp.data.prompts import PLAIN_TEMPLATE, format_prompt
 from forge_exp.rewards.format import find_boxed
 from forge_exp.rl.types import Problem
@@ -92,14 +92,12 @@ class RowProblems:
         """`datasets.load_dataset` for "train" or "eval": a `Dataset`, or an `IterableDataset` when streaming."""
         import datasets  # heavy; only here
 
-        where = self.location(split)
         args, kwargs = self._load_args(split)
         try:
             return datasets.load_dataset(*args, streaming=streaming, cache_dir=cache_dir, **kwargs)
-        except Exception as err:  # name the file or hub id, and for jsonl find the offending row
-            if where.endswith(".jsonl"):
-                _diagnose_jsonl(where, self)
-            raise RuntimeError(f"{where}: datasets.load_dataset failed: {type(err).__name__}: {err}") from err
+        except Exception as err:  # name the split
+            raise RuntimeError(f"{self.location(split)}: datasets.load_dataset failed: {type(err).__name__}: {err}"
+                               ) from err
 
     def format(self, question: str, tokenizer: Any) -> str:
         return format_prompt(question, tokenizer, self.system_prompt, self.use_chat_template, self.template)
@@ -172,23 +170,27 @@ class FileProblems(RowProblems):
         return FILE_BUILDERS[ext]
 
     def load(self, split: str, streaming: bool = False, cache_dir: str | None = None) -> Any:
-        files = data_files(self.location(split), self.key(split))  # there, and files (not a pipe)
-        if any(array_after_white_space(f) for f in files):  # valid JSON that datasets' reader refuses
-            import datasets
+        """Loaded by `datasets` (typed, cached as Arrow) where it can; otherwise, and when streaming, the rows as
+        they are in the file (data/files.py), each checked when reached (bad_rows): datasets refuses a .json array
+        after white space, and rows whose fields differ in type (an answer that is an object in one row) fail its
+        loading whole, or its stream half-way."""
+        import datasets
 
-            rows = datasets.Dataset.from_list([row for f in files for _, row in file_rows(f, self.builder(split))])
-            return rows.to_iterable_dataset() if streaming else rows
-        return super().load(split, streaming, cache_dir)
+        files = data_files(self.location(split), self.key(split))  # there, and files (not a pipe)
+        if not streaming and not any(array_after_white_space(f) for f in files):
+            try:
+                return super().load(split, streaming, cache_dir)
+            except RuntimeError:
+                pass  # read below: the rows' own check names the one that is wrong, or skips it
+
+        def rows():
+            for file in files:
+                yield from (row for _, row in file_rows(file, self.builder(split)))
+
+        return datasets.IterableDataset.from_generator(rows) if streaming else list(rows())
 
     def _load_args(self, split: str) -> tuple[tuple, dict[str, Any]]:
         return (self.builder(split),), {"data_files": self.location(split), "split": "train"}
-
-
-def _diagnose_jsonl(where: str, source: RowProblems) -> None:
-    """datasets cannot read a jsonl whose rows lack a key the others have (a bare KeyError); say which row."""
-    for file in sorted(glob.glob(where)):
-        for row_number, row in jsonl_rows(file):
-            check_row(row, file, row_number, source)
 
 
 def check_row(row: dict, where: str, row_number: int, source: RowProblems) -> tuple[str, str]:

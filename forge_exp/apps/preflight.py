@@ -59,6 +59,8 @@ def check(config: ForgeConfig) -> None:
         except ImportError as e:
             raise ValueError(str(e)) from None
     if (config.checkpoint.every or config.resume) and config.checkpoint.dir:  # (the CLI sets the default one)
+        from forge_exp.apps.rundir import writable_dir
+
         writable_dir(config.checkpoint.dir, "checkpoint.dir")
     model = build(config.model, "model")
     model.check_available()
@@ -68,23 +70,6 @@ def check(config: ForgeConfig) -> None:
         check_env(config, model)
     meshes = plan_for(config)
     check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
-
-
-def writable_dir(path: str, key: str) -> None:
-    """`path` is a directory this process can write files in, made if need be; else one line naming `key`."""
-    import tempfile
-
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise ValueError(f"{key}={path} is a file, not a directory: give a directory")
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=p):
-            pass
-    except OSError as e:
-        raise ValueError(f"{key}={path}: cannot write there ({e.strerror or type(e).__name__}"
-                         f"{': ' + e.filename if e.filename and e.filename != path else ''}); give a directory this "
-                         f"user can write") from None
 
 
 def probe_loss(loss, available: set[str]) -> None:

@@ -7,6 +7,7 @@ dead: nothing one run writes is overwritten or pruned by another.
 
     own_dirs(config, run_dir)    the run's directories made absolute and claimed
     claim(directory, key)        lock it for this process (idempotent); ConfigError naming the owner when it is busy
+    writable_dir(path, key)      a directory this process can write in (made if need be), or ConfigError
     claim_given(args)            main(): an explicit hydra.run.dir, claimed before Hydra writes .hydra/ into it
     held()                       the descriptors of the locks held (the fork server's child closes them)
 """
@@ -19,7 +20,9 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from forge_exp.config.validate import ConfigError
 
@@ -37,18 +40,33 @@ def own_dirs(config, run_dir: str) -> None:
         claim(config.checkpoint.dir, "checkpoint.dir")
 
 
+def writable_dir(path: str, key: str) -> None:
+    """`path` is a directory this process can write files in, made if need be; else one line naming `key`."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{key}={path} is a file, not a directory: give a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=p):
+            pass
+    except OSError as e:
+        where = f": {e.filename}" if e.filename and not str(e.filename).startswith(str(path)) else ""  # a parent
+        raise ConfigError(f"{key}={path}: cannot write there ({e.strerror or type(e).__name__}{where}); give a "
+                          f"directory this user can write") from None
+
+
 def claim(directory: str, key: str = "hydra.run.dir") -> int:
     """Lock `directory` (made if need be) for this process; returns the lock's descriptor. A raw descriptor, not a
     file object: closing any descriptor of the file would drop a POSIX lock, and no finalizer may do so."""
     real = os.path.realpath(directory)
     if real in _HELD:
         return _HELD[real]
+    writable_dir(directory, key)
     try:
-        os.makedirs(real, exist_ok=True)
         fd = os.open(os.path.join(real, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as e:
         raise ConfigError(f"{key}={directory}: cannot write there ({e.strerror}); give a directory this user can "
-                         f"write") from None
+                          f"write") from None
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:

@@ -308,7 +308,7 @@ def main() -> None:
 def check_printed_config(args: list[str]) -> None:
     """`--cfg job` prints the config instead of running it: it refuses a config the run would refuse (an unknown
     `+key`, a value out of range), in the same words."""
-    if not {"--cfg", "-c"} & set(args) or {"-m", "--multirun"} & set(args):
+    if not any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args) or {"-m", "--multirun"} & set(args):
         return
     from forge_exp.config.compose import compose
 

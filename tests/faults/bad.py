@@ -46,3 +46,13 @@ class InfLoss(torch.nn.Module):
 def huge_reward(prompt: str, response: str, target: str) -> float:
     """A reward of ±1e308: finite, but no mean or advantage of it is."""
     return 1e308 if response.strip() == target else -1e308
+
+
+class NeedsAJudge:
+    """A reward class whose constructor fails on this machine (a judge model it cannot load)."""
+
+    def __init__(self):
+        raise RuntimeError("no judge model on this machine")
+
+    def __call__(self, prompt: str, response: str, target: str) -> float:
+        return 0.0

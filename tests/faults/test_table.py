@@ -199,7 +199,7 @@ CASES: dict[str, Case] = {
     "6 builtins.len as a reward function": Case(
         lambda w: ["reward.functions.exact._target_=builtins.len"],
         rf"{E}reward\.functions\.exact\._target_: builtins\.len is not a reward function: it must be callable as "
-        rf"fn\(prompt, response, target\) -> float"),
+        rf"fn\(prompt, response, target\[, problem=\.\.\.\]\) -> float"),
     "6 a read-only hydra.run.dir": Case(
         lambda w: [f"hydra.run.dir={w.t}/ro"],
         rf"{E}hydra\.run\.dir=\S+/ro: cannot write there \(Read-only file system\); give a directory this user can "

@@ -106,8 +106,10 @@ def quiet_store_errors(run_dir: Path | None) -> None:
     happened and names this file)."""
     logger = logging.getLogger(STORE_ERRORS)
     logger.propagate = False  # not up to the "mlflow" logger's stderr handler
-    if not logger.handlers:
-        logger.addHandler(logging.FileHandler(run_dir / STORE_LOG, delay=True) if run_dir else logging.NullHandler())
+    if run_dir is not None and not any(isinstance(h, logging.FileHandler) for h in logger.handlers):
+        logger.addHandler(logging.FileHandler(run_dir / STORE_LOG, delay=True))  # the first run's of this process
+    elif not logger.handlers:
+        logger.addHandler(logging.NullHandler())  # a sweep's parent: its tracker's warnings say what happened
 
 
 def store_log_note(run_dir: Path | None) -> str:

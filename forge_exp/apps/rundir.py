@@ -33,9 +33,10 @@ _HELD: dict[str, int] = {}  # real path of a claimed dir -> its lock's descripto
 def own_dirs(config, run_dir: str) -> None:
     """Make output_dir (default: Hydra's run dir) and checkpoint.dir absolute, the service processes and a resumed
     run (maybe from another cwd) reading the same paths, and claim both for this process."""
+    key = "output_dir" if config.output_dir else "hydra.run.dir"
     config.output_dir = os.path.abspath(config.output_dir or run_dir)
     config.checkpoint.dir = os.path.abspath(config.checkpoint.dir or os.path.join(config.output_dir, "checkpoints"))
-    claim(config.output_dir)
+    claim(config.output_dir, key)
     if os.path.commonpath([config.output_dir, config.checkpoint.dir]) != config.output_dir:
         claim(config.checkpoint.dir, "checkpoint.dir")
 

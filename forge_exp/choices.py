@@ -6,6 +6,7 @@ KL_ESTIMATORS = ("k1", "k2", "k3")  # rl/kl.py (Schulman 2020)
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "fixed_horizon")  # rl/losses/primitives.py
 ADVANTAGES = ("group_norm", "mean", "loo")  # rl/advantages.py
 TARGET_FORMATS = ("gsm8k", "boxed", "raw")  # data/hf.py: extract_target
+BAD_ROWS = ("fail", "skip")  # data/hf.py: BadRows, what a data row that fails its check does
 DTYPES = ("float32", "bfloat16", "float16")  # models/hf.py
 MODEL_DTYPES = ("auto", *DTYPES)  # model.dtype: auto is bfloat16 where it is native, else float32 (models/precision.py)
 ATTENTION = ("sdpa", "eager")  # transformers attn_implementation

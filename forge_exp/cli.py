@@ -12,10 +12,14 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 import warnings
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -24,11 +28,13 @@ from omegaconf import DictConfig, OmegaConf
 
 import forge_exp.launch.resources  # noqa: F401 — the resolvers conf/hydra/launcher/*.yaml use
 from forge_exp.apps.faults import EXIT_CONFIG, EXIT_FAILED, NOT_STARTED, STOP, RunFailed, Stopped, stop_signals
+from forge_exp.apps.rundir import claim_given, held, own_dirs
 from forge_exp.config.aliases import expand
 from forge_exp.config.enums import plain
 from forge_exp.config.store import register
 from forge_exp.config.validate import ConfigError, suggest, validate
 from forge_exp.runtime.supervision import ServiceFailed
+from forge_exp.tracking.store import TrackingRefused
 
 register()
 log = logging.getLogger("forge_exp")
@@ -55,6 +61,7 @@ def _register_launchers() -> None:
 
 
 _FORK_SERVER = False  # main() sets it for a single run (not a sweep, --help or --cfg)
+VERBOSE = False  # --verbose: a failure's traceback or report on stderr too, not only in the file the line names
 
 
 def run(cfg: DictConfig) -> float | None:
@@ -62,6 +69,7 @@ def run(cfg: DictConfig) -> float | None:
     t0 = time.time()
     try:
         config = validate(cfg)
+        own_dirs(config, HydraConfig.get().runtime.output_dir)  # one owner per run dir (apps/rundir.py)
         from forge_exp.apps.preflight import check, resolve_model
         from forge_exp.runtime.zygote_server import quiet_load
 
@@ -74,36 +82,37 @@ def run(cfg: DictConfig) -> float | None:
 
             if problem := slurm_problem("cluster=slurm", "cluster=local"):
                 raise ValueError(problem)
-        from forge_exp.apps.checkpoint import latest
+        from forge_exp.apps.checkpoint import config_changes, resume_point, set_aside
+        from forge_exp.tracking.answers import check_names
         from forge_exp.tracking.mlflow import default_tracking_uri
         from forge_exp.tracking.store import check_store
 
-        # absolute: the service processes and a resumed run (possibly from another cwd) read the same paths
-        config.output_dir = os.path.abspath(config.output_dir or HydraConfig.get().runtime.output_dir)
-        config.checkpoint.dir = os.path.abspath(config.checkpoint.dir or os.path.join(config.output_dir,
-                                                                                      "checkpoints"))
-        resume = latest(config.checkpoint.dir) if config.resume else None
-        if config.resume and resume is None:
-            raise ValueError(f"resume=true: no checkpoint in {config.checkpoint.dir} (checkpoint.dir); resume "
-                             f"continues a run in its own run dir: give hydra.run.dir=<that run's dir> (the default "
-                             f"dir is new for every command) and run it with checkpoint.every > 0")
+        resume, damaged = resume_point(config)
         uri = config.tracking.uri or default_tracking_uri()
         check_store(uri)  # a server that does not answer is one line here, not minutes of retries later
+        params = check_names(uri, config.tracking.experiment, *((resume.run_id, resume.tracking_uri) if resume else ()))
+        resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        resolved["model"]["dtype"] = plain(config.model.dtype)  # what `auto` became (apps/preflight.resolve_model)
+        changes = config_changes(params, resolved) if resume else {}  # what the run was started with: MLflow's params
+        for line in set_aside(damaged):  # the input is good: the run resumes from an older checkpoint
+            print(f"forge-exp: warning: {line}; resuming from {resume.path.name}", file=sys.stderr)
     except ValueError as e:  # one clear line, before any process is spawned
         print(f"forge-exp: error: {e}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    except Exception as e:  # noqa: BLE001 — a check that broke: its traceback in a file, one line here
+        fail(HydraConfig.get().runtime.output_dir, f"{type(e).__name__}: {e}", _traceback(e))
     if _FORK_SERVER:  # the input is good: the run's procs can be forked from a server forked from here (with what
         from forge_exp.runtime import zygote  # the checks imported), whose imports overlap the tracker's and the
         # mesh's start (runtime/zygote.py)
 
-        zygote.start()
+        zygote.start(own=held())  # (the run dir's lock: not the server's to keep)
     with stop_signals():
-        summary, tracker = _track(cfg, config, uri, resume)
+        summary, tracker = _track(cfg, config, uri, resume, resolved, changes)
     _print_summary(summary, tracker, time.time() - t0)
     return summary.get("eval/accuracy_end")
 
 
-def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
+def _track(cfg, config, uri, resume, resolved, changes) -> tuple[dict[str, float], object]:
     from forge_exp.apps import run_app  # imports monarch: only after the config is known to be good
     from forge_exp.apps.checkpoint import clean_partial
     from forge_exp.runtime.hosts import hosts_for
@@ -116,8 +125,6 @@ def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
         print(f"forge-exp: {line}", file=sys.stderr)
     if removed := clean_partial(config.checkpoint.dir):
         log.warning("removed partial checkpoints left by an interrupted save: %s", ", ".join(removed))
-    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    resolved["model"]["dtype"] = plain(config.model.dtype)  # what `auto` became (apps/preflight.resolve_model)
     try:
         tracker = Tracker(
             uri,
@@ -127,6 +134,7 @@ def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
             # a sweep job: the sweep's parent run, exported by forge_exp.launch.sweep.SweepTracker (hydra.callbacks)
             parent_run_id=config.tracking.parent_run_id or os.environ.get("FORGE_EXP_PARENT_RUN_ID"),
             run_id=resume.run_id if resume else None,
+            resume_step=resume.step if resume else None,
             hold=config.checkpoint.every > 0,
             run_dir=config.output_dir,
             close_wait_s=config.tracking.close_wait_s,
@@ -135,7 +143,12 @@ def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
             if tracker.send(resume.pending_metrics):
                 resume.mark_flushed()
         with tracker:
-            tracker.log_params(resolved)
+            tracker.log_params(resolved)  # new keys only: MLflow keeps a param's first value
+            if changes:  # a resume's changes the params cannot show (steps, eval cadence, ...), recorded
+                said = "; ".join(f"{k}: {was} -> {now}" for k, (was, now) in changes.items())
+                tracker.set_tags({f"forge_exp.resume.step_{resume.step}": said})
+                print(f"forge-exp: resuming from step {resume.step} with {said} (tag forge_exp.resume.step_"
+                      f"{resume.step})", file=sys.stderr)
             tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")
             meshes = plan_for(config)
             runtime = Runtime(meshes, hosts=hosts_for(config, meshes))  # hosts: None unless cluster=slurm
@@ -144,16 +157,34 @@ def _track(cfg, config, uri, resume) -> tuple[dict[str, float], object]:
     except Stopped as e:
         print(f"forge-exp: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
-    except (ServiceFailed, RunFailed) as e:
-        report = getattr(e, "report", "")
-        if report:  # the remote traceback or Monarch's report, for whoever looks into it
-            path = os.path.join(config.output_dir, "failure.txt")
-            with open(path, "w") as f:
-                f.write(f"{e}\n\n{report}\n")
-            print(f"forge-exp: the failure's report and traceback: {path}", file=sys.stderr)
-        print(f"forge-exp: error: {e}", file=sys.stderr)
-        sys.exit(EXIT_FAILED)
+    except (ServiceFailed, RunFailed, TrackingRefused) as e:  # their own line; the remote traceback or Monarch's
+        fail(config.output_dir, str(e), getattr(e, "report", "") or _traceback(e.__cause__))  # report to a file
+    except Exception as e:  # noqa: BLE001 — anything else: FAILED in MLflow (the tracker's exit), one line here
+        fail(config.output_dir, f"{type(e).__name__}: {e}", _traceback(e))
     return summary, tracker
+
+
+def fail(run_dir: str, line: str, report: str) -> NoReturn:
+    """End a run that failed: its report (a traceback, Monarch's report) in <run dir>/failure.txt, named on stderr
+    (and printed too with --verbose), then the one line, and exit 1."""
+    first = (line.strip().splitlines() or ["failed"])[0]
+    if report:
+        path = os.path.join(run_dir, "failure.txt")
+        try:
+            with open(path, "w") as f:
+                f.write(f"{line}\n\n{report}\n")
+            where = path
+        except OSError as e:
+            where = f"not written ({e.strerror}); run with --verbose to see it"
+        if VERBOSE:
+            print(report, file=sys.stderr)
+        print(f"forge-exp: the failure's report and traceback: {where}", file=sys.stderr)
+    print(f"forge-exp: error: {first}", file=sys.stderr)
+    sys.exit(EXIT_FAILED)
+
+
+def _traceback(e: BaseException | None) -> str:
+    return "".join(traceback.format_exception(e)) if e is not None else ""
 
 
 async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
@@ -167,17 +198,28 @@ async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
                 tracker.log_text(json.dumps(await runtime.hosts.placement(), indent=1), "runtime/hosts.json")
             return summary
     except asyncio.CancelledError:
-        if STOP.requested:  # before the first step, or the step in flight did not end within the grace period
-            why = (f"the step in flight did not end within checkpoint.stop_grace_s={config.checkpoint.stop_grace_s:g}"
-                   if STOP.steps_started else NOT_STARTED)
-            raise Stopped(STOP.requested, None, None, why) from None
+        if STOP.requested:  # before the first step, or a second signal, or the step in flight outlived the grace
+            if not STOP.steps_started:
+                raise Stopped(STOP.requested, None, None, NOT_STARTED) from None
+            why = (f"a second {signal.Signals(STOP.again).name} stopped it at once" if STOP.again else
+                   f"the step in flight did not end within checkpoint.stop_grace_s={config.checkpoint.stop_grace_s:g}")
+            raise Stopped(STOP.requested, None, None, why, _newest(config)) from None
         raise
     except ServiceFailed:
         if STOP.requested:  # SLURM signalled every process of the job and a service went down with it
-            raise Stopped(STOP.requested, None, None, "a service process was stopped too") from None
+            raise Stopped(STOP.requested, None, None, "a service process was stopped too", _newest(config)) from None
         raise
     finally:
         STOP.uninstall()
+
+
+def _newest(config) -> str | None:
+    """The newest checkpoint of this run (its dir is this run's alone), without reading its weights to verify
+    them: the time between SIGTERM and SLURM's SIGKILL is short."""
+    from forge_exp.apps.checkpoint import latest
+
+    newest = latest(config.checkpoint.dir, verify=False)
+    return f"{newest.path} (step {newest.step})" if newest else None
 
 
 def _default_run_name(name: str) -> str:
@@ -234,9 +276,10 @@ hydra_main = hydra.main(**CONFIG)(run)
 
 def main() -> None:
     """The `forge-exp` command."""
-    args = expand(sys.argv[1:])
+    global _FORK_SERVER, VERBOSE
+    VERBOSE = "--verbose" in sys.argv[1:]
+    args = expand([a for a in sys.argv[1:] if a != "--verbose"])
     sys.argv = [sys.argv[0], *args]
-    global _FORK_SERVER
     _FORK_SERVER = not any(a.startswith("-") for a in args)  # one run here (not -m, --help, --cfg)
     _register_launchers()
     if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the user asked for Hydra's own tracebacks
@@ -244,11 +287,15 @@ def main() -> None:
         return
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its multi-line report and exiting
     try:
+        check_printed_config(args)
+        claim_given(args)
         hydra_main()
     except Exception as e:  # noqa: BLE001 — anything not a config mistake is re-raised below
         message = explain(e, args)
-        if message is None:
+        if message is None and VERBOSE:
             raise
+        if message is None:  # not a config mistake, outside any run (a launcher, a callback): a file for its traceback
+            fail(tempfile.mkdtemp(prefix="forge-exp-"), f"{type(e).__name__}: {e}", _traceback(e))
         print(f"forge-exp: error: {message}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
     finally:
@@ -258,12 +305,27 @@ def main() -> None:
     fast_exit(0)  # the run is over and its tracker closed: skip finalizing the interpreter (runtime/bootstrap.py)
 
 
+def check_printed_config(args: list[str]) -> None:
+    """`--cfg job` prints the config instead of running it: it refuses a config the run would refuse (an unknown
+    `+key`, a value out of range), in the same words."""
+    if not any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args) or {"-m", "--multirun"} & set(args):
+        return
+    from forge_exp.config.compose import compose
+
+    valued = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}
+    values = {i + 1 for i, a in enumerate(args) if a in valued}
+    validate(compose([a for i, a in enumerate(args) if i not in values and not a.startswith(("-", "hydra."))]))
+
+
 def explain(e: Exception, args: list[str]) -> str | None:
     """One line for a mistake in the command line or a config file; None for anything else."""
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 
     if isinstance(e, ConfigError):
         return str(e)
+    if isinstance(e, OSError) and (where := _run_dir_problem(e, args)):
+        return (f"{where}: cannot write {e.filename} ({e.strerror or type(e).__name__}); give a directory this "
+                f"user can write")
     if isinstance(e, MissingConfigException):
         return _missing_option(e)
     if isinstance(e, OverrideParseException):
@@ -284,6 +346,18 @@ def explain(e: Exception, args: list[str]) -> str | None:
             return f"{m.group(1)}: {str(cause).strip().splitlines()[0]}"
         return text.strip().splitlines()[0]
     return None
+
+
+def _run_dir_problem(e: OSError, args: list[str]) -> str | None:
+    """The key of the directory Hydra could not create or write (the run's, with .hydra/ and the log) before the
+    run started, or None when the error came from elsewhere."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if not e.filename or not any(f.name == "run_job" for f in frames) or any(
+            f.filename == __file__ and f.name == "run" for f in frames):
+        return None
+    key = "hydra.sweep.dir" if {"-m", "--multirun"} & set(args) else "hydra.run.dir"
+    given = next((a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")), None)
+    return f"{key}={given}" if given else key
 
 
 def _missing_option(e) -> str:

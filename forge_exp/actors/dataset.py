@@ -39,7 +39,8 @@ class DatasetService(Actor):
     @endpoint
     async def state(self) -> dict:
         position = getattr(self.factory, "position", None)
-        return {"drawn": self.drawn, "position": list(position) if position is not None else None}
+        return {"drawn": self.drawn, "position": list(position) if position is not None else None,
+                "bad_rows": getattr(self.factory, "bad_rows", None)}  # skipped by this process (dataset.bad_rows)
 
     @endpoint
     async def restore(self, state: dict) -> None:

@@ -1,4 +1,4 @@
-"""The loops. `run_app` picks one from the config: `+mode=eval` → apps/eval.py, `algorithm=sft` → apps/sft.py,
+"""The loops. `run_app` picks one from the config: `mode=eval` → apps/eval.py, `algorithm=sft` → apps/sft.py,
 every other algorithm (the GRPO family) → apps/grpo.py."""
 
 from __future__ import annotations

@@ -90,11 +90,16 @@ def generator_sizes(cfg) -> dict[str, int]:
 
 
 def warm_start_dir(cfg) -> Path:
-    """Cache key: everything that changes the warm-started weights (model and its warm-start settings, task,
-    seed)."""
-    # model.lora aside: the warm start trains the whole base, and a LoRA run starts its adapters on the same one
-    model = {k: v for k, v in asdict(cfg.model).items() if k != "lora"}
-    parts = {"model": model, "dataset": asdict(cfg.dataset), "seed": cfg.seed}
+    """Cache key: what changes the warm-started weights (the model and its warm-start settings, the training task,
+    the seed). Not where the cache is, nor the held-out split (the warm start trains on the train stream alone), nor
+    model.lora (the warm start trains the whole base, and a LoRA run starts its adapters on the same one): changing
+    those reuses the cached weights."""
+    model, dataset = asdict(cfg.model), asdict(cfg.dataset)
+    model.pop("lora", None)
+    (model.get("warmstart") or {}).pop("cache_dir", None)
+    for key in ("eval_size", "eval_path", "eval_split"):
+        dataset.pop(key, None)
+    parts = {"model": model, "dataset": dataset, "seed": cfg.seed}
     if demonstrations(cfg):  # trained on scripted episodes of the environment instead
         parts["env"] = {k: getattr(cfg.env, k) for k in ("name", "chat_format", "demonstrations", "direct_fraction")}
     key = json.dumps(parts, sort_keys=True, default=plain)

@@ -1,4 +1,4 @@
-"""Evaluate a model alone, without training: `forge-exp +mode=eval model.path=<checkpoint>`.
+"""Evaluate a model alone, without training: `forge-exp mode=eval model.path=<checkpoint>`.
 
     held-out problems (dataset.eval_split, the first dataset.eval_size) ─▶ generator ─▶ reward workers
     (or environment workers, for a multi-turn env=)
@@ -8,7 +8,7 @@ The same `evaluate` (apps/common.py) that GRPO runs every eval.every steps, so t
 run's eval/accuracy. Any checkpoint this platform writes (an SFT model, a GRPO checkpoint, a warm start) or any
 local HF model directory can be evaluated:
 
-    forge-exp +mode=eval model=qwen3_1_7b model.path=/models/Qwen3-1.7B dataset=gsm8k reward=math eval.pass_k=8
+    forge-exp mode=eval model=qwen3_1_7b model.path=/models/Qwen3-1.7B dataset=gsm8k reward=math eval.pass_k=8
 """
 
 from __future__ import annotations

@@ -34,15 +34,21 @@ class Stopped(Exception):
 
     run_status = "KILLED"
 
-    def __init__(self, signum: int, step: int | None, checkpoint: str | None, why: str = ""):
+    def __init__(self, signum: int, step: int | None, checkpoint: str | None, why: str = "",
+                 newest: str | None = None):
+        """`checkpoint`: the one written at the stop; `newest`: when none was, the newest one already there."""
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         name = signal.Signals(signum).name
+        resume = "continue it with resume=true in the same run dir"
         if checkpoint:
-            where = f"after step {step}; checkpoint {checkpoint} (continue it with resume=true in the same run dir)"
+            where = f"after step {step}; checkpoint {checkpoint} ({resume})"
         elif step is not None:
             where = f"after step {step}, with no checkpoint ({why or 'checkpoint.every=0'})"
         elif why == NOT_STARTED:
             where = f"before its first step ({why})"
+        elif newest:
+            where = (f"during a step ({why or 'the step did not end in time'}); the newest checkpoint is {newest} "
+                     f"({resume})")
         else:
             where = f"during a step, with no checkpoint ({why or 'the step did not end in time'})"
         super().__init__(f"stopped by {name}{' (preempted)' if signum == signal.SIGUSR2 else ''} {where}")
@@ -65,6 +71,7 @@ class StopRequest:
 
     signum: int | None = None
     steps_started: bool = False  # set by a loop that checks `requested` between steps; before that, stop at once
+    again: int | None = None  # a second stop signal, which stopped the run at once
     _task: asyncio.Task | None = None
     _grace: asyncio.TimerHandle | None = None
     _installed: dict[int, object] = field(default_factory=dict)  # signal → the Python handler it had before
@@ -76,7 +83,7 @@ class StopRequest:
     def install(self, grace_s: float) -> None:
         loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
-        self.signum, self.steps_started = None, False
+        self.signum, self.steps_started, self.again = None, False, None
         for signum in STOP_SIGNALS:
             self._installed[signum] = signal.getsignal(signum)
             loop.add_signal_handler(signum, self._on_signal, signum, grace_s)
@@ -93,6 +100,7 @@ class StopRequest:
 
     def _on_signal(self, signum: int, grace_s: float) -> None:
         if self.signum is not None:  # a second signal (Ctrl-C twice): now
+            self.again = signum
             print(f"forge-exp: {signal.Signals(signum).name} again: stopping now", file=sys.stderr, flush=True)
             self.force()
             return

@@ -301,6 +301,8 @@ async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = 
         await asyncio.gather(rollout_task, return_exceptions=True)
     end = await evaluate(cfg, h.samplers, heldout, step=cfg.steps)
     tracker.log_metrics(end, step=cfg.steps)
+    if (bad := (await h.dataset.route().state.call_one())["bad_rows"]) is not None:  # dataset.bad_rows=skip's count
+        tracker.log_metrics({"data/bad_rows": float(bad)}, step=cfg.steps)
     if state.samples:
         tracker.log_table({k: [row[k] for row in state.samples] for k in state.samples[0]}, "samples/completions.json")
     return {f"{k}_{when}": v for when, m in (("start", start), ("end", end)) for k, v in m.items()

@@ -4,8 +4,6 @@ tokenizer, the layout fits the GPUs. Each failure is a ValueError whose one line
 
 from __future__ import annotations
 
-import itertools
-import json
 from pathlib import Path
 
 from forge_exp.config.algorithm import SFTAlgorithm
@@ -55,8 +53,15 @@ def check(config: ForgeConfig) -> None:
     if not config.reward.functions:
         raise ValueError("reward.functions is empty: give at least one reward function")
     build_reward(config.reward)
-    locate(config.trainer._target_, "trainer")
-    locate(config.generator._target_, "generator")
+    for key in ("trainer", "generator"):  # an engine that needs an extra says so now, not from its process
+        try:
+            getattr(locate(getattr(config, key)._target_, key), "check_installed", lambda: None)()
+        except ImportError as e:
+            raise ValueError(str(e)) from None
+    if (config.checkpoint.every or config.resume) and config.checkpoint.dir:  # (the CLI sets the default one)
+        from forge_exp.apps.rundir import writable_dir
+
+        writable_dir(config.checkpoint.dir, "checkpoint.dir")
     model = build(config.model, "model")
     model.check_available()
     check_lora(model)
@@ -137,11 +142,12 @@ def check_context(config: ForgeConfig, model, sft: bool = False) -> None:
 
 
 def check_dataset(config: ForgeConfig, model, sft: bool = False) -> None:
-    """The problem source builds; for local files, the first rows have the configured fields and their prompts
-    format with the model's tokenizer (chat template present if asked for, characters the tokenizer knows). SFT rows
-    may be conversations instead (data/sft.py)."""
-    from forge_exp.data.hf import FileProblems, check_row
-    from forge_exp.data.sft import MESSAGES_KEY, check_messages
+    """The problem source builds; for local files, each is a readable file and its first rows have the configured
+    fields and prompts the model's tokenizer can read (chat template present if asked for, characters it knows).
+    SFT rows may be conversations instead (data/sft.py). With dataset.bad_rows=skip a bad row among them is left to
+    the dataset service to skip, unless every one is bad (a wrong field mapping, not a few bad rows)."""
+    from forge_exp.data.files import data_files, first_rows
+    from forge_exp.data.hf import FileProblems
 
     source = build(config.dataset, "dataset")
     if hasattr(source, "check"):  # a task generator that checks its own settings (reasoning-gym)
@@ -156,24 +162,51 @@ def check_dataset(config: ForgeConfig, model, sft: bool = False) -> None:
     for split, key in (("train", "train_path"), ("eval", "eval_path")):
         if split == "eval" and not source.has_eval():
             continue
-        for row_number, row, where in _first_rows(source, split, key):
-            if sft and row.get(MESSAGES_KEY) is not None:
-                check_messages(row[MESSAGES_KEY], f"{where} row {row_number}")
-                continue
-            question, _ = check_row(row, where, row_number, source)
-            try:
-                prompt = source.format(question, tokenizer)
-            except ValueError as e:
-                raise ValueError(f"{where} row {row_number}: {e}") from None
-            _check_known_characters(prompt, tokenizer, f"{where} row {row_number}")
+        builder = source.builder(split)
+        file = data_files(source.location(split), key)[0]
+        rows = first_rows(file, builder, PREVIEW_ROWS)
+        if not rows:
+            raise ValueError(f"dataset.{key}: {file} has no rows")
+        bad = [e for row_number, row in rows if (e := _bad_row(row_number, row, file, source, tokenizer, sft))]
+        if bad and source.bad_rows != "skip":
+            raise bad[0]
+        if bad and len(bad) == len(rows):
+            raise ValueError(f"{bad[0]} (and every other of the first {len(rows)} rows: dataset.bad_rows=skip skips "
+                             f"a few bad rows, not a wrong field mapping)")
+
+
+def _bad_row(row_number: int, row: dict, file: str, source, tokenizer, sft: bool) -> ValueError | None:
+    """What is wrong with one row (file and row named), or None. A prompt that cannot be formatted at all (a chat
+    template the tokenizer lacks) is the config's mistake: raised, whatever dataset.bad_rows says."""
+    from forge_exp.data.hf import check_row
+    from forge_exp.data.sft import MESSAGES_KEY, check_messages
+
+    where = f"{file} row {row_number}"
+    try:
+        if sft and row.get(MESSAGES_KEY) is not None:
+            check_messages(row[MESSAGES_KEY], where)
+            return None
+        question, _ = check_row(row, file, row_number, source)
+    except ValueError as e:
+        return e
+    try:
+        prompt = source.format(question, tokenizer)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    try:
+        _check_known_characters(prompt, tokenizer, where)
+    except ValueError as e:
+        return e
+    return None
 
 
 def _check_known_characters(prompt: str, tokenizer, where: str) -> None:
-    unknown = getattr(tokenizer, "unk_token_id", None)
-    if unknown is not None and unknown in tokenizer(prompt)["input_ids"]:
-        raise ValueError(
-            f"{where}: the prompt has characters the model's tokenizer does not know ({prompt[:60]!r}); for "
-            f"model=tiny write questions in digits and '+-*/= ', or set dataset.system_prompt / dataset.template")
+    from forge_exp.data.hf import check_prompt
+
+    try:
+        check_prompt(prompt, tokenizer(prompt)["input_ids"], tokenizer)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def check_env(config: ForgeConfig, model) -> None:
@@ -195,35 +228,3 @@ def check_env(config: ForgeConfig, model) -> None:
     elif not getattr(tokenizer, "chat_template", None):
         raise ValueError(f"env.chat_format={fmt} renders turns with the tokenizer's chat template, and the model's "
                          f"tokenizer has none: use an instruct model, or env.chat_format=tiny for model=tiny")
-
-
-def _first_rows(source, split: str, key: str):
-    """(row number, row, file) for the first PREVIEW_ROWS rows of the split's first file."""
-    import glob
-
-    where = source.location(split)
-    files = sorted(glob.glob(where))
-    if not files:
-        raise ValueError(f"dataset.{key}: {where} does not exist (cwd {Path.cwd()})")
-    builder = source.builder(split)
-    path = files[0]
-    if builder == "parquet":
-        import pyarrow.parquet as pq
-
-        rows = pq.ParquetFile(path).read_row_group(0).slice(0, PREVIEW_ROWS).to_pylist() if Path(path).stat().st_size else []
-    else:
-        rows = _json_rows(path)
-    if not rows:
-        raise ValueError(f"dataset.{key}: {path} has no rows")
-    return [(i, row, path) for i, row in enumerate(rows, start=1)]
-
-
-def _json_rows(path: str) -> list[dict]:
-    from forge_exp.data.hf import jsonl_rows
-
-    if path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            if f.read(1) == "[":  # a JSON array of rows
-                f.seek(0)
-                return json.load(f)[:PREVIEW_ROWS]
-    return [row for _, row in itertools.islice(jsonl_rows(path), PREVIEW_ROWS)]

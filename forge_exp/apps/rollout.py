@@ -15,11 +15,13 @@ what the interrupted one would have (apps/checkpoint.py).
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from forge_exp.apps.faults import RunFailed
 from forge_exp.envs.report import episode_metrics
 from forge_exp.models.sampling import derive_seed
 from forge_exp.rewards.combine import component_means
@@ -67,6 +69,7 @@ async def sample_groups(cfg, s: Samplers, problems: list[Problem], n: int, tempe
     ))
     seconds = time.perf_counter() - t0
     groups = [g for chunk_groups, _ in parts for g in chunk_groups]
+    check_rewards(cfg, groups)
     tokens = sum(m["generator/tokens"] for _, m in parts)
     metrics = {
         "generator/seconds": seconds,
@@ -86,6 +89,25 @@ async def _sample_chunk(cfg, s: Samplers, problems, n, temperature, top_p, env_o
     groups, metrics = await s.generator.route().generate.call_one(problems, n, temperature, top_p,
                                                                   cfg.dataset.max_new_tokens, seed=seed)
     return await s.reward.route().score.call_one(groups), metrics
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # advantages and the loss carry rewards as float32 (rl/advantages.py)
+
+
+def check_rewards(cfg, groups: list[Group]) -> None:
+    """Every completion's reward must be a finite float32: a larger one (±1e308, a weighted sum that overflowed)
+    would end as inf or NaN in the means, the advantages and the loss. RunFailed names the reward function whose
+    value is largest."""
+    for g in groups:
+        for total, parts in zip(g.rewards, g.components or [{}] * len(g.rewards)):
+            if math.isfinite(total) and abs(total) <= FLOAT32_MAX:
+                continue
+            values = {k: v for k, v in parts.items() if not k.startswith("failed/")} or {"reward": total}
+            name = max(values, key=lambda k: abs(values[k]) if not math.isnan(values[k]) else math.inf)
+            who = f"reward.functions.{name}" if name in cfg.reward.functions else f"the reward ({name})"
+            raise RunFailed(f"{who} returned {values[name]:g} (the completion's reward: {total:g}): rewards are "
+                            f"carried as float32, whose range ends at ±3.4e+38, and their means and advantages "
+                            f"would not be finite; return values well inside it")
 
 
 def rollout_metrics(groups: list[Group], multi_turn: bool) -> dict[str, float]:

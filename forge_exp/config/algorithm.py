@@ -125,7 +125,12 @@ class AlgorithmBase:
         if not self.name:
             raise FieldError("name", "must be a non-empty string")
         positive("lr", self.lr)
+        finite("lr", self.lr)
         at_least("weight_decay", self.weight_decay, 0)
+        finite("weight_decay", self.weight_decay)
+        if self.loss is None:
+            raise FieldError("loss", "must be a node with _target_ (the option's default, conf/algorithm/"
+                                     f"{self.name}.yaml); leave algorithm.loss out rather than set it to null")
         positive("max_grad_norm", self.max_grad_norm)
         at_least("grad_accum", self.grad_accum, 1)
 

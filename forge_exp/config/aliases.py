@@ -35,6 +35,8 @@ def expand(overrides: list[str]) -> list[str]:
     """The overrides with every alias key written out in full (other arguments unchanged)."""
     out = []
     for arg in overrides:
+        if arg.startswith("+mode="):  # the spelling from before `mode` was in the defaults list
+            arg = arg[1:]
         m = _OVERRIDE.match(arg)
         if m and m["key"] in ALIASES:
             arg = f"{m['prefix']}{ALIASES[m['key']]}{m['rest']}"

@@ -39,6 +39,13 @@ def within(field: str, value: float | None, low: float, high: float, *, low_open
         raise FieldError(field, f"must be in {interval}{' or null' if nullable else ''}, got {value}")
 
 
+MAX_SEED = 2**63 - 1  # torch.manual_seed and numpy take at most 64 bits; a larger int fails in a service
+
+
+def seed(field: str, value: int) -> None:
+    within(field, value, 0, MAX_SEED)
+
+
 def not_empty(field: str, value: str | None, example: str = "") -> None:
     if not value:
         raise FieldError(field, f"must be set{f' (e.g. {example})' if example else ''}")

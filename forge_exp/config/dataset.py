@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from forge_exp.config.checks import FieldError, at_least, not_empty
-from forge_exp.config.enums import TargetFormat
+from forge_exp.config.checks import FieldError, at_least, not_empty, seed
+from forge_exp.config.enums import BadRows, TargetFormat
 from forge_exp.data.prompts import PLAIN_TEMPLATE
 
 
@@ -31,6 +31,7 @@ class DatasetBase:
 
     def __post_init__(self) -> None:
         at_least("max_new_tokens", self.max_new_tokens, 1)
+        seed("seed", self.seed)
         if self.eval_size is not None:
             at_least("eval_size", self.eval_size, 0, "null = the whole eval split, 0 = none")
 
@@ -93,6 +94,9 @@ class RowDataset(PromptedDataset):
     target_format: TargetFormat = TargetFormat.raw  # gsm8k: after '####' | boxed: last \boxed{} | raw: as is
     streaming: bool = False  # read lazily instead of loading (large datasets)
     shuffle_buffer: int = 1000  # streaming only: rows held for shuffling
+    # a row whose fields are wrong (missing, null, empty, a list answer, characters the tokenizer lacks), found as
+    # the stream reaches it: fail the run naming file and row, or skip it (counted in data/bad_rows, first ones logged)
+    bad_rows: BadRows = BadRows.fail
 
     def __post_init__(self) -> None:
         super().__post_init__()

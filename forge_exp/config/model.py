@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from forge_exp import choices
-from forge_exp.config.checks import FieldError, at_least, within
+from forge_exp.config.checks import FieldError, at_least, seed, within
 from forge_exp.config.enums import Attention, ModelDType
 
 
@@ -77,7 +77,7 @@ class WarmstartConfig:
     def __post_init__(self) -> None:
         at_least("steps", self.steps, 0)
         at_least("batch_size", self.batch_size, 1)
-        within("lr", self.lr, 0, float("inf"), low_open=True)
+        within("lr", self.lr, 0, float("inf"), low_open=True, high_open=True)
         within("target_accuracy", self.target_accuracy, 0, 1, low_open=True, nullable=True)
 
 
@@ -104,6 +104,7 @@ class TinyModel(ModelBase):
         for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",
                     "max_position_embeddings"):
             at_least(key, getattr(self, key), 1)
+        seed("seed", self.seed)
         if self.num_heads % self.num_kv_heads:
             raise FieldError("num_heads", f"({self.num_heads}) must be a multiple of model.num_kv_heads "
                                           f"({self.num_kv_heads})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from forge_exp.config.checks import FieldError, at_least, within
+from forge_exp.config.checks import FieldError, at_least, seed, within
 from forge_exp.config.reward import RewardConfig
 from forge_exp.config.services import ParallelismConfig, ServicesConfig
 
@@ -53,6 +53,9 @@ class TrackingConfig:
 
     def __post_init__(self) -> None:
         at_least("close_wait_s", self.close_wait_s, 0)
+        if not self.experiment.strip():
+            raise FieldError("experiment", "must be a name (MLflow refuses an empty one), got "
+                                           f"{self.experiment!r}")
 
 
 @dataclass
@@ -82,6 +85,7 @@ class ForgeConfig:
 
     def __post_init__(self) -> None:
         at_least("steps", self.steps, 1)
+        seed("seed", self.seed)
         if self.mode not in ("train", "eval"):
             raise FieldError("mode", f"must be train or eval, got {self.mode!r}")
         buffer = getattr(self.algorithm, "overlong_buffer", None)

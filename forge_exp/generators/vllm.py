@@ -24,9 +24,11 @@ caller blocks in the synchronous `load_weights`, and callers may live on any loo
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import random
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Iterable
@@ -66,6 +68,13 @@ class Versioned(NamedTuple):
 
 class VllmEngine:
     """`Engine(model, device, seed, **knobs)`; knobs are conf/generator/vllm.yaml's keys (VllmOptions)."""
+
+    @staticmethod
+    def check_installed() -> None:
+        """ImportError with the install hint when vLLM is not in this environment (the CLI asks before any process
+        starts; a service's own import would say so only after the meshes are up)."""
+        if importlib.util.find_spec("vllm") is None:
+            raise ImportError(f"{INSTALL_HINT} (no module named 'vllm' for {sys.executable})")
 
     def __init__(self, model, device: str = "cpu", seed: int = 0, **knobs) -> None:
         """`model`: a `forge_exp.models.hf.ModelSpec` (what conf/model/ builds)."""

@@ -136,12 +136,20 @@ class SweepTracker(Callback):
 
 
 def launcher_problem(config: DictConfig) -> str | None:
-    """Why the sweep's launcher cannot submit, in one line, or None. The SLURM launcher needs sbatch on PATH and a
-    controller that answers (asked once per process: the callback and the launcher both ask)."""
+    """Why the sweep's launcher cannot submit, in one line, or None. The SLURM launcher needs sbatch on PATH, a
+    controller that answers (asked once per process: the callback and the launcher both ask), and a partition with
+    a node that can hold one job's request (launch/slurm_fit.py)."""
     target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
     if not target.endswith("SlurmLauncher"):
         return None
-    return slurm_problem("hydra/launcher=submitit_slurm", "hydra/launcher=submitit_local")
+    if problem := slurm_problem("hydra/launcher=submitit_slurm", "hydra/launcher=submitit_local"):
+        return problem
+    from forge_exp.launch.slurm_fit import request_problem
+
+    try:
+        return request_problem(OmegaConf.to_container(config.hydra.launcher, resolve=True))
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):  # SLURM said nothing we can read: it
+        return None  # decides, and the launcher watches the jobs' pending reasons
 
 
 _PROBED: dict[str, str | None] = {}

@@ -9,8 +9,9 @@ instead of after spawning the process meshes; `build()` and `tokenizer()` load.
 
 from __future__ import annotations
 
-import threading
 import dataclasses
+import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,14 +79,51 @@ def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
 
 
 def _missing_from_dir(path: str) -> str | None:
-    """Why `path` is not a loadable HF model directory, or None when it is."""
+    """Why `path` is not a loadable HF model directory, or None when it is: from the files' names, config.json and
+    the safetensors headers (a file cut short by a copy shows there), without reading the weights."""
     p = Path(path).expanduser()
     if not p.is_dir():
         return "is not a directory"
     if not (p / "config.json").is_file():
         return "has no config.json"
+    try:
+        config = json.loads((p / "config.json").read_text())
+    except (OSError, ValueError) as e:  # UnicodeDecodeError included
+        return f"has a config.json that is not JSON ({e})"
+    if not isinstance(config, dict):
+        return f"has a config.json that is not a JSON object (a {type(config).__name__})"
     if not any((p / name).is_file() for name in WEIGHT_FILES):
         return "has no model.safetensors (or sharded index / pytorch_model.bin)"
+    shards = ["model.safetensors"] if (p / "model.safetensors").is_file() else []
+    if not shards and (p / "model.safetensors.index.json").is_file():
+        try:
+            shards = sorted(set(json.loads((p / "model.safetensors.index.json").read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            return f"has a model.safetensors.index.json without a readable weight_map ({type(e).__name__}: {e})"
+    for name in shards:
+        if why := safetensors_problem(p / name):
+            return why
+    return None
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why the safetensors file at `path` cannot be loaded whole, from its header alone (8 bytes of length, a JSON
+    table of tensors and their byte ranges), or None."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            if size < 8 or 8 + length > size:
+                return (f"has a {path.name} of {size} bytes, too short for its own header (cut short, or not "
+                        f"safetensors)")
+            table = json.loads(f.read(length))
+        end = max((int(t["data_offsets"][1]) for k, t in table.items() if k != "__metadata__"), default=0)
+    except FileNotFoundError:
+        return f"has no {path.name} (named in model.safetensors.index.json)"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        return f"has a {path.name} that is not safetensors ({type(e).__name__}: {e})"
+    if 8 + length + end != size:
+        return f"has a {path.name} of {size} bytes where its header says {8 + length + end} (cut short by a copy?)"
     return None
 
 

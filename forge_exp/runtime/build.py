@@ -88,6 +88,8 @@ def accepted_parameters(obj: Any) -> tuple[dict[str, inspect.Parameter], bool]:
 def build(node: Any, key: str, *, partial: bool = False, **extra: Any) -> Any:
     """Instantiate the node's `_target_` (see the module docstring). partial=True binds the arguments and returns
     a functools.partial (a function used as a component, e.g. a reward function)."""
+    if node is None:
+        raise ValueError(f"{key} is null; it must be a config node with _target_")
     values, schema = fields_of(node)
     target = values.pop("_target_", None)
     obj = locate(target, key)
@@ -119,6 +121,9 @@ def build(node: Any, key: str, *, partial: bool = False, **extra: Any) -> Any:
         message = str(e)
         first = message.split(maxsplit=1)[0] if message else ""
         raise ValueError(f"{key}.{message}" if first in kwargs else f"{key}: {message}") from e
+    except Exception as e:  # noqa: BLE001 — its constructor failed otherwise: name the key (the traceback stays)
+        line = (str(e).strip().splitlines() or [""])[0]
+        raise ValueError(f"{key} ({target}) raised {type(e).__name__}{': ' + line if line else ''}") from e
 
 
 def build_reward(reward: Any):
@@ -132,7 +137,7 @@ def build_reward(reward: Any):
         where = f"reward.functions.{name}"
         spec = dict(fields_of(spec)[0])
         weight = spec.pop("weight", 1.0)
-        is_function = inspect.isfunction(locate(spec.get("_target_"), where))
+        is_function = not inspect.isclass(locate(spec.get("_target_"), where))  # a function, a builtin, ...
         fn = build(spec, where, partial=is_function)
         try:
             inspect.signature(fn).bind("", "", "", **({"problem": None} if takes_problem(fn) else {}))

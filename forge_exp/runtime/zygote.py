@@ -50,8 +50,9 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
-def start() -> bool:
+def start(own: tuple[int, ...] = ()) -> bool:
     """Start the fork server (once per process); False where it is off or could not start (procs then start plain).
+    `own`: descriptors this process holds that the forked server closes (as it closes every other one).
 
     Forked from this process when that is safe (one thread, no Monarch, no CUDA, no file it opened itself other than
     its log file: so before the tracker and the mesh), which keeps the torch and transformers modules the input checks imported: the server then imports only
@@ -64,7 +65,7 @@ def start() -> bool:
     from forge_exp.runtime.zygote_server import fork_safe
 
     try:
-        if why := fork_safe():
+        if why := fork_safe(own):
             log.debug("the fork server starts in a fresh interpreter: this process is not safe to fork (%s)", why)
             # own session: a Ctrl-C at the terminal is the controller's to act on, not the server's
             _server = subprocess.Popen([sys.executable, "-m", "forge_exp.runtime.zygote_server", _name],

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from forge_exp.tracking.store import (  # noqa: F401 — ensure_store: the sweep callback's too
-    SPOOL_FILE, Ownership, create_experiment, ensure_store, read_spool, send_rows, store_lock, wait_for, write_spool,
+    SPOOL_FILE, Ownership, TrackingRefused, briefly, create_experiment, ensure_store, last_logged_step,
+    quiet_store_errors, read_spool, send_rows, store_lock, store_log_note, wait_for, write_spool,
 )
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class Tracker:
         tags: Mapping[str, str] | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
+        resume_step: int | None = None,
         hold: bool = False,
         run_dir: str | os.PathLike | None = None,
         close_wait_s: float = CLOSE_WAIT_S,
@@ -86,13 +88,16 @@ class Tracker:
         """Returns at once; the store and the run are opened on the tracker's thread once begin() is called (see the
         module docstring). hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once
         the checkpoint that covers their steps is on disk, so a resumed run logs no step twice. `run_dir`: where the
-        run claims its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take."""
+        run claims its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take.
+        `resume_step`: the checkpoint a resumed run (run_id) continues from; steps after it that the run had logged
+        already (its newer checkpoint was damaged or removed) are trained again but not logged again."""
         self.uri = uri
         self.hold = hold
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.owner = Ownership(run_dir) if run_dir is not None else None
         self.spool: Path | None = None  # set once the run id is known
         self._unsent: list[tuple] = []  # rows the store did not take (only the tracker's thread touches them)
+        self.resume_step, self._logged = resume_step, (0, 0)  # steps (after, through] MLflow has: not sent again
         self._retry_at, self._failures = 0.0, 0
         self.close_wait_s = close_wait_s
         self._metrics: list[tuple[str, float, int, int]] = []
@@ -108,9 +113,18 @@ class Tracker:
 
     def _open(self, experiment, run_name, tags, run_id, parent_run_id) -> None:
         self._begun.wait()
+        try:
+            self._open_run(experiment, run_name, tags, run_id, parent_run_id)
+        except Exception as e:  # noqa: BLE001 — MLflow's own exception types vary by store; one line for all
+            why = (str(e).strip().splitlines() or [""])[0][:300]
+            raise TrackingRefused(f"tracking.uri={self.uri}: MLflow did not open the run of experiment "
+                                  f"{experiment!r} ({type(e).__name__}: {why})") from e
+
+    def _open_run(self, experiment, run_name, tags, run_id, parent_run_id) -> None:
         from mlflow.entities import RunTag
         from mlflow.tracking import MlflowClient
 
+        quiet_store_errors(self.run_dir)
         ensure_store(self.uri)
         self._client = client = MlflowClient(self.uri)
         with store_lock(self.uri):  # several runs starting at once on a new store: one creates the experiment
@@ -128,11 +142,32 @@ class Tracker:
         else:  # resuming: same run, more steps
             client.update_run(run_id, status="RUNNING")
             client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+            self._rewind(run_id)
         self._run_id = run_id
         if self.run_dir is not None:
             self.spool = self.run_dir / SPOOL_FILE.format(run_id=run_id)
             self._unsent = read_spool(self.spool)
             self.owner.claim(self.uri, run_id)
+
+    def _rewind(self, run_id: str) -> None:
+        """A resume from an older checkpoint than the run's newest logged step: MLflow keeps the first values of the
+        steps in between (it cannot delete points), the run is tagged so, and they are not sent again."""
+        if self.resume_step is None:
+            return
+        logged = last_logged_step(self._client, run_id)
+        if logged <= self.resume_step:
+            return
+        self._logged = (self.resume_step, logged)
+        steps = f"steps {self.resume_step + 1}-{logged}"
+        self._client.set_tag(run_id, "forge_exp.rewound", f"{steps} were trained again from the checkpoint of step "
+                                                          f"{self.resume_step}; MLflow keeps their first values")
+        print(f"forge-exp: warning: MLflow run {run_id} has {steps} already (a newer checkpoint was damaged or "
+              f"removed); they are trained again from step {self.resume_step} and not logged twice (tag "
+              f"forge_exp.rewound)", file=sys.stderr, flush=True)
+
+    def _not_logged(self, rows: list[tuple]) -> list[tuple]:
+        after, through = self._logged
+        return [r for r in rows if not after < r[3] <= through]
 
     # --- the run, once open (these wait for the tracker's thread) --------------------------------------------
     @property
@@ -229,7 +264,7 @@ class Tracker:
         return self._now(self._deliver, list(rows))
 
     def _deliver(self, rows: list[tuple]) -> bool:
-        self._unsent.extend(rows)
+        self._unsent.extend(self._not_logged(rows))
         if not self._unsent or time.monotonic() < self._retry_at:
             self._save_unsent()
             return not self._unsent
@@ -239,8 +274,8 @@ class Tracker:
             self._retry_at = time.monotonic() + RETRY_S[min(self._failures, len(RETRY_S) - 1)]
             self._failures += 1
             if self._failures == 1:
-                log.warning("MLflow at %s did not take %d metric rows (%s: %s); they are kept and sent again",
-                            self.uri, len(self._unsent), type(e).__name__, str(e).splitlines()[0][:200])
+                log.warning("MLflow at %s did not take %d metric rows (%s); they are kept and sent again%s", self.uri,
+                            len(self._unsent), briefly(e), store_log_note(self.run_dir))
             self._save_unsent()
             return False
         self._sent_all()
@@ -303,7 +338,7 @@ class Tracker:
             self._io.shutdown(wait=True)
 
     def _finish(self, rows: list[tuple], status: str, wait_s: float) -> bool:
-        self._unsent.extend(rows)
+        self._unsent.extend(self._not_logged(rows))
 
         def finish() -> None:
             if self._unsent:
@@ -318,9 +353,9 @@ class Tracker:
             if self.owner is not None:
                 self.owner.pending(status)
             where = f"; {self.run_dir} keeps them for the next start there" if self.owner else ""
-            print(f"forge-exp: warning: MLflow at {self.uri} did not answer for {wait_s:.0f} s ({type(e).__name__}):"
-                  f" run {self._run_id} is not marked {status}, {len(self._unsent)} metric rows unsent{where}",
-                  file=sys.stderr)
+            print(f"forge-exp: warning: MLflow at {self.uri} did not take the run's end within {wait_s:.0f} s "
+                  f"({briefly(e)}): run {self._run_id} is not marked {status}, {len(self._unsent)} metric rows "
+                  f"unsent{where}{store_log_note(self.run_dir)}", file=sys.stderr)
             return False
         self._save_unsent()
         if self.owner is not None:

@@ -44,6 +44,11 @@ class StoreUnavailable(ValueError):
     """The tracking store cannot be reached or created: one line naming tracking.uri."""
 
 
+class TrackingRefused(RuntimeError):
+    """The store refused to open the run once the run was under way (what the checks before the start could not
+    foresee): `str()` is the CLI's last line."""
+
+
 def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
@@ -89,6 +94,39 @@ def ensure_store(uri: str) -> None:
         except Exception as e:  # noqa: BLE001 — one line naming the key
             raise StoreUnavailable(f"tracking.uri={uri}: cannot open the store ({type(e).__name__}: "
                                    f"{str(e).splitlines()[0] if str(e) else ''})") from e
+
+
+STORE_ERRORS = "mlflow.store.db.utils"  # MLflow's SQL store logs each failed write here, at ERROR, with a traceback
+STORE_LOG = "mlflow_errors.log"
+
+
+def quiet_store_errors(run_dir: Path | None) -> None:
+    """Send MLflow's SQL store error logs to <run dir>/mlflow_errors.log instead of stderr: a full disk made every
+    flush print its traceback and the SQL (1,290 lines before the tracker's own one-line warning, which says what
+    happened and names this file)."""
+    logger = logging.getLogger(STORE_ERRORS)
+    logger.propagate = False  # not up to the "mlflow" logger's stderr handler
+    if run_dir is not None and not any(isinstance(h, logging.FileHandler) for h in logger.handlers):
+        logger.addHandler(logging.FileHandler(run_dir / STORE_LOG, delay=True))  # the first run's of this process
+    elif not logger.handlers:
+        logger.addHandler(logging.NullHandler())  # a sweep's parent: its tracker's warnings say what happened
+
+
+def store_log_note(run_dir: Path | None) -> str:
+    log_file = run_dir / STORE_LOG if run_dir is not None else None
+    return f" (MLflow's own report: {log_file})" if log_file is not None and log_file.is_file() else ""
+
+
+def briefly(e: BaseException) -> str:
+    """An error in a few words: the type and first line of the exception at the root of it (MLflow's wraps
+    SQLAlchemy's, which wraps sqlite3's "database or disk is full" in lines of SQL and parameters)."""
+    for _ in range(8):
+        inner = e.__cause__ or e.__context__
+        if inner is None:
+            break
+        e = inner
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[0][:200] if lines else ''}"
 
 
 def check_store(uri: str) -> None:
@@ -278,6 +316,11 @@ def reconcile(run_dir: str | os.PathLike) -> str | None:
         return None
     owner.release()
     return f"previous run {state['run_id']} in {run_dir}: {', '.join(done)}" if done else None
+
+
+def last_logged_step(client, run_id: str, key: str = "loss/total") -> int:
+    """The run's newest step in MLflow (by `key`, which every loop logs at every step); 0 if none."""
+    return max((m.step for m in client.get_metric_history(run_id, key)), default=0)
 
 
 def send_rows(client, run_id: str, rows: list[tuple], batch: int = 900) -> None:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from forge_exp.data.sft import SFTBatch
 from forge_exp.rl.losses import call_loss
-from forge_exp.trainers.update import clip_and_step
+from forge_exp.trainers.update import check_finite_loss, clip_and_step
 
 SFT_INPUTS = {"logprobs", "padding_mask"}  # what the SFT step can hand a loss (padding_mask: the target tokens)
 
@@ -64,6 +64,7 @@ def sft_update(
         metrics = {"loss/total": loss, **metrics, "train/token_accuracy": accuracy}
         for k, v in metrics.items():
             sums[k] = sums.get(k, 0.0) + float(v.detach() if isinstance(v, torch.Tensor) else v) * weight
+    check_finite_loss(sums["loss/total"], loss_fn, optimizer, "lower algorithm.lr or check the data")
     grad_norm = clip_and_step(model, optimizer, max_grad_norm, "lower algorithm.lr or check the data")
     seconds = time.perf_counter() - t0
     tokens = int(batch.input_ids.numel() if batch.attention_mask is None else batch.attention_mask.sum())

@@ -22,6 +22,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from forge_exp.models.checkpoint import write_manifest
 from forge_exp.models.hf import DTYPES, ModelSpec
 from forge_exp.rl.losses import check_loss_inputs
 from forge_exp.rl.types import TrainBatch
@@ -133,6 +134,7 @@ class TitanBackend:
         if self.rank == 0:
             for name, obj in (metadata or {}).items():
                 (Path(path) / name).write_text(json.dumps(obj, indent=2, sort_keys=True))
+            write_manifest(path)  # last: the sizes and hashes a resume checks (models/checkpoint.py)
         dist.barrier()
         return str(path)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from forge_exp.models.logprobs import sequence_logprobs
-from forge_exp.rl.losses import call_loss
+from forge_exp.rl.losses import _describe, call_loss
 from forge_exp.rl.types import TrainBatch
 
 # (micro-batch on the trainer's device) → (logprobs [b, R], entropy [b, R]), differentiable
@@ -59,6 +59,16 @@ def step_if_finite(grad_norm: torch.Tensor | float, optimizer: torch.optim.Optim
         raise FloatingPointError(f"gradient norm is {grad_norm}: the step was skipped so the weights stay finite ({hint})")
     optimizer.step()
     return grad_norm
+
+
+def check_finite_loss(total: float, loss, optimizer: torch.optim.Optimizer, hint: str) -> None:
+    """A step's loss (summed over its micro-batches, and over the data-parallel ranks: the same on every rank) must
+    be finite: a loss of ±inf or NaN with a finite gradient would train on as if nothing were wrong. The step is
+    skipped (weights and optimizer state unchanged) and FloatingPointError names the loss."""
+    if not math.isfinite(total):
+        optimizer.zero_grad(set_to_none=True)
+        raise FloatingPointError(f"algorithm.loss ({_describe(loss)}) is {total} on this step's batch: the step was "
+                                 f"skipped so the weights stay finite ({hint})")
 
 
 def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, hint: str) -> float:
@@ -138,6 +148,7 @@ def train_step(
         sums["train/tokens"] = sums.get("train/tokens", 0.0) + float(mb.response_mask.sum() + mb.prompt_mask.sum())
     if reduce is not None:
         sums = reduce(sums)
+    check_finite_loss(sums["loss/total"], loss, optimizer, "check the loss, the rewards and algorithm.lr")
     grad_norm = step_if_finite(clip(), optimizer, "check the rewards and algorithm.lr")
     seconds = time.perf_counter() - t0
     tokens = sums.pop("train/tokens", 0.0)

@@ -21,6 +21,7 @@ import copy
 import logging
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -127,13 +128,22 @@ class _ForgeSubmitit:
             raise
 
     def _wait(self, jobs: list, job_overrides: Sequence[Sequence[str]], first: int) -> list[JobReturn]:
+        from forge_exp.launch.slurm_fit import PendingWatch
+
         results: list[JobReturn | None] = [None] * len(jobs)
         pending = set(range(len(jobs)))
+        ids = sorted({j.job_id.split("_")[0] for j in jobs})
+        watch = PendingWatch(ids) if self._EXECUTOR == "slurm" else None
         while pending:
             for i in sorted(pending):
                 if jobs[i].done():
                     results[i] = _result(jobs[i], list(job_overrides[i]), first + i)
                     pending.discard(i)
+            if watch is not None and pending and (stuck := watch.poll()):  # SLURM would keep it waiting forever
+                from forge_exp.config.validate import ConfigError
+
+                subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
+                raise ConfigError(f"sweep {stuck}; the sweep's jobs are cancelled (scancel {' '.join(ids)})")
             if pending:
                 time.sleep(POLL_S)
         lost = {" ".join(r.overrides): r._return_value.run_status for r in results

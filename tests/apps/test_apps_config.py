@@ -1,4 +1,4 @@
-"""Which loop runs (`run_app`), `+mode=eval`, `algorithm=sft`, and every experiment file: composed and validated
+"""Which loop runs (`run_app`), `mode=eval`, `algorithm=sft`, and every experiment file: composed and validated
 before any process starts."""
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ def test_run_app_dispatches_eval_sft_and_the_grpo_family(monkeypatch):
     assert called == ["eval", "sft", "grpo", "eval"]
 
 
-def test_plus_mode_eval_selects_the_eval_app_and_no_warm_start():
-    config = validate(compose_cfg("+mode=eval", "eval.pass_k=4"))
-    assert config.mode == "eval" and config.eval.pass_k == 4
-    with pytest.raises(ConfigCompositionException, match=r"\+mode=eval"):  # Hydra says how to spell it
-        compose_cfg("mode=eval")
+def test_mode_eval_selects_the_eval_app_with_or_without_the_plus():
+    for spelling in ("mode=eval", "+mode=eval"):  # +mode=eval: the spelling from before mode had a default
+        config = validate(compose_cfg(spelling, "eval.pass_k=4"))
+        assert config.mode == "eval" and config.eval.pass_k == 4
+    assert validate(compose_cfg()).mode == "train"
 
 
 def test_algorithm_sft_validates_and_its_knobs_are_typed():
@@ -66,3 +66,17 @@ def test_an_rl_loss_under_algorithm_sft_is_refused_before_training():
     config = validate(compose_cfg("algorithm=sft", "algorithm.loss._target_=forge_exp.rl.losses.ReinforceLoss"))
     with pytest.raises(ValueError, match="asks for advantages"):
         check(config)
+
+
+def test_the_warm_start_cache_key_is_what_changes_the_weights(tmp_path):
+    from forge_exp.apps.common import warm_start_dir
+
+    def key(*overrides: str) -> str:
+        return warm_start_dir(typed(*overrides)).name
+
+    base = key()
+    # the held-out set and the cache's own place do not change the weights: the cached ones are loaded
+    assert key("dataset.eval_size=8") == key(f"model.warmstart.cache_dir={tmp_path}") == base
+    assert warm_start_dir(typed(f"model.warmstart.cache_dir={tmp_path}")).parent == tmp_path
+    for changed in ("seed=1", "model.hidden_size=64", "model.warmstart.lr=0.01", "dataset.digits=3"):
+        assert key(changed) != base, changed

@@ -1,6 +1,7 @@
 """What a GRPO checkpoint carries beyond the weights, piece by piece: the replay buffer (episodes and RNG) through
 JSON, the prompt stream's position, the rollout seeds; and what a killed save leaves behind is cleaned up. The whole
-of it, resumed bit for bit: tests/faults/test_resume_exact.py."""
+of it, resumed bit for bit: tests/faults/test_resume_exact.py. Which checkpoint a resume takes (the newest intact
+one) and which config changes it accepts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import random
 import subprocess
 import sys
 
-from forge_exp.apps.checkpoint import STATE, clean_partial, rollout_seed
+import pytest
+
+from forge_exp.apps.checkpoint import LOOP, STATE, clean_partial, latest, rollout_seed, set_aside, step_dir
 from forge_exp.data import hf
 from forge_exp.rl.replay import ReplayBuffer
 from forge_exp.rl.types import Completion, Episode
@@ -76,6 +79,69 @@ def test_partial_saves_are_removed_and_complete_checkpoints_kept(tmp_path):
     assert clean_partial(tmp_path / "absent") == []
 
 
+def saved(root, step: int, run_id: str = "r1"):
+    """A checkpoint as the trainer writes one (weights, optimizer, state.json, manifest last) for a tiny model."""
+    from forge_exp.models.checkpoint import save_hf_checkpoint
+    from tests.models.helpers import build_tiny
+
+    model, tok = build_tiny(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8,
+                            intermediate_size=32)
+    meta = {STATE: {"step": step, "run_id": run_id, "pending_metrics": []}, LOOP: {"episodes_added": step}}
+    return save_hf_checkpoint(model, tok, step_dir(root, step), meta)
+
+
+def test_resume_takes_the_newest_intact_checkpoint_and_names_what_is_wrong_with_newer_ones(tmp_path):
+    for step in (2, 4, 6, 8):
+        saved(tmp_path, step)
+    assert latest(tmp_path).step == 8
+    weights = step_dir(tmp_path, 8) / "model.safetensors"
+    with open(weights, "r+b") as f:
+        f.truncate(weights.stat().st_size // 2)  # a crash before the data reached the disk, a copy cut short
+    (step_dir(tmp_path, 6) / STATE).write_text((step_dir(tmp_path, 6) / STATE).read_text()[:-5])  # cut short too
+    damaged = []
+    found = latest(tmp_path, damaged)
+    assert (found.step, found.run_id, found.loop) == (4, "r1", {"episodes_added": 4})
+    assert [(p.name, why) for p, why in damaged] == [
+        ("step_0000008", f"model.safetensors has {weights.stat().st_size} bytes, the manifest says "
+                         f"{2 * weights.stat().st_size}"),
+        ("step_0000006", f"{STATE} has {len((step_dir(tmp_path, 6) / STATE).read_bytes())} bytes, the manifest says "
+                         f"{len((step_dir(tmp_path, 6) / STATE).read_bytes()) + 5}"),
+    ]
+    lines = set_aside(damaged)
+    assert lines[0].startswith(f"checkpoint {step_dir(tmp_path, 8)} is damaged (model.safetensors has ")
+    assert lines[0].endswith("; moved to step_0000008.damaged")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_0000002", "step_0000004", "step_0000006.damaged",
+                                                         "step_0000008.damaged"]
+    assert latest(tmp_path).step == 4 and clean_partial(tmp_path) == []  # the damaged are kept, out of the way
+
+
+def test_a_checkpoint_without_a_manifest_is_read_as_before_and_bad_json_is_named(tmp_path):
+    old = step_dir(tmp_path, 2)
+    old.mkdir()
+    (old / STATE).write_text(json.dumps({"step": 2, "run_id": "r0"}))  # written before manifests existed
+    assert latest(tmp_path).step == 2
+    (old / STATE).write_text('{"step": 2, "run_id"')
+    damaged = []
+    assert latest(tmp_path, damaged) is None
+    assert damaged == [(old, f"{STATE} is not valid JSON (Expecting ':' delimiter: line 1 column 21 (char 20))")]
+
+
 def test_json_keeps_floats_exactly():
     xs = [random.Random(0).random() * 10 ** e for e in range(-300, 300, 7)]
     assert json.loads(json.dumps(xs)) == xs
+
+
+def test_a_resume_may_change_when_and_where_the_run_goes_on_but_not_what_it_trains():
+    from forge_exp.apps.checkpoint import config_changes
+
+    logged = {"steps": "30", "resume": "False", "eval.every": "0", "model.hidden_size": "32", "seed": "0",
+              "algorithm.loss.beta": "0.0", "removed.by.an.upgrade": "x"}
+    now = {"steps": 36, "resume": True, "eval": {"every": 5}, "model": {"hidden_size": 32}, "seed": 0,
+           "algorithm": {"loss": {"beta": 0.0}}, "dataset": {"bad_rows": "fail"}}  # (a key the run did not have)
+    assert config_changes(logged, now) == {"steps": ("30", "36"), "eval.every": ("0", "5")}
+    now["model"]["hidden_size"], now["seed"] = 64, 1
+    with pytest.raises(ValueError, match=r"^resume=true: model\.hidden_size=64 \(the run has 32\), seed=1 \(the run "
+                                         r"has 0\): a resume continues the same training; give the run's values, or "
+                                         r"start a new run in another hydra\.run\.dir \(a resume may change steps, "
+                                         r"progress, eval\.\*, checkpoint\.\*"):
+        config_changes(logged, now)

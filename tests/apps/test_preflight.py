@@ -3,6 +3,7 @@ model's tokenizer, the components' imports and arguments. Each is one line namin
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -73,3 +74,32 @@ def test_the_tool_experiment_passes_and_a_model_that_cannot_write_the_tool_forma
     with pytest.raises(ValueError, match=r"^env\.chat_format=tiny writes tool calls and results with '\[\]\(\)\?', "
                                          r"which model\.alphabet lacks"):
         preflight("env=calculator", "env.chat_format=tiny")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_an_engine_whose_extra_is_not_installed_is_refused_before_its_process_starts():
+    with pytest.raises(ValueError, match=r"^generator=vllm needs vLLM: .* \(no module named 'vllm' for \S+\)$"):
+        preflight("generator=vllm")
+
+
+def test_a_checkpoint_dir_that_cannot_be_written(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    with pytest.raises(ValueError, match=r"^checkpoint\.dir=\S+a_file is a file, not a directory"):
+        preflight("checkpoint.every=2", f"checkpoint.dir={a_file}")
+    with pytest.raises(ValueError, match=r"^checkpoint\.dir=\S+a_file/ckpt: cannot write there \(Not a directory"):
+        preflight("checkpoint.every=2", f"checkpoint.dir={a_file}/ckpt")
+    preflight("checkpoint.every=2", f"checkpoint.dir={tmp_path}/new/ckpt")  # made
+    assert (tmp_path / "new" / "ckpt").is_dir()
+
+
+def test_with_bad_rows_skipped_a_bad_first_row_is_left_to_the_stream_but_a_wrong_mapping_is_not(tmp_path):
+    good, bad = {"question": "1+1=", "answer": "2"}, {"question": "1+1=", "answer": ["2"]}
+    overrides = files(tmp_path, [good, bad, good])
+    with pytest.raises(ValueError, match=r"train\.jsonl row 2: 'answer' is a list"):
+        preflight(*overrides)
+    preflight(*overrides, "dataset.bad_rows=skip")
+    wrong_key = files(tmp_path, [good, good])
+    with pytest.raises(ValueError, match=r"row 1: missing key 'solution' .*\(and every other of the first 2 rows: "
+                                         r"dataset\.bad_rows=skip skips a few bad rows, not a wrong field mapping\)"):
+        preflight(*wrong_key, "dataset.bad_rows=skip", "dataset.answer_key=solution")

@@ -54,9 +54,9 @@ def target_runs(ex: Example, tokenizer) -> list[str]:
 # ---------------------------------------------------------------------------------------------- loss masks
 def test_prompt_completion_trains_on_the_completion_and_eos_after_the_prompt_grpo_sees():
     tok = build_char_tokenizer()
-    cfg = FileProblems(train_path="x/train.jsonl", system_prompt="none", use_chat_template=False)
-    ex = encode_row({"question": "what is 6+7?", "answer": "13"}, cfg, tok, "row 1")
-    grpo_prompt = hf.ProblemMaker(cfg, tok)("what is 6+7?", "13").prompt  # what the generator is given in RL
+    cfg = FileProblems(train_path="x/train.jsonl", system_prompt="none", use_chat_template=False, template="{question}")
+    ex = encode_row({"question": "6+7=", "answer": "13"}, cfg, tok, "row 1")
+    grpo_prompt = hf.ProblemMaker(cfg, tok)("6+7=", "13").prompt  # what the generator is given in RL
     prompt_ids = tok(grpo_prompt)["input_ids"]  # ... and how it encodes it
     assert ex.ids == prompt_ids + tok("13", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     assert ex.targets == [False] * len(prompt_ids) + [True] * 3

@@ -50,6 +50,13 @@ from tests.config.helpers import compose_cfg, error_lines, run_cli
         ("eval.temperature=-1", r"^eval\.temperature must be in \(0, inf\]"),
         ("checkpoint.keep=0", r"^checkpoint\.keep must be >= 1"),
         ("steps=0", r"^steps must be >= 1"),
+        ("seed=99999999999999999999999", r"^seed must be in \[0, 9223372036854775807\]"),
+        ("model.seed=-1", r"^model\.seed must be in \[0, "),
+        ("algorithm.lr=inf", r"^algorithm\.lr must be finite, got inf"),
+        ("model.warmstart.lr=inf", r"^model\.warmstart\.lr must be in \(0, inf\)"),
+        ("algorithm.loss=null", r"^algorithm\.loss must be a node with _target_ \(the option's default, "
+                                r"conf/algorithm/grpo\.yaml\)"),
+        ("tracking.experiment=", r"^tracking\.experiment must be a name \(MLflow refuses an empty one\)"),
         ("reward.failure_value=inf", r"^reward\.failure_value must be finite"),
         ("reward.functions.exact.weight=0", r"^reward\.functions have every weight 0"),
         ("+reward.functions.extra.weight=1", r"^reward\.functions\.extra\._target_ is missing"),

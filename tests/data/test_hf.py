@@ -131,7 +131,7 @@ def test_an_answer_without_its_target_marker(gsm8k_files, tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"dataset\.train_path: .*train\.jsonl does not exist"):
+    with pytest.raises(ValueError, match=r"dataset\.train_path: .*train\.jsonl does not exist"):
         build(config(tmp_path), None)
 
 
@@ -176,3 +176,59 @@ def test_an_unknown_file_type_names_the_key(tmp_path):
 )
 def test_extract_target(answer, fmt, target):
     assert hf.extract_target(answer, fmt) == target
+
+
+ARITHMETIC = [{"question": f"{n}+{n}=", "answer": str(2 * n)} for n in range(1, 11)]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"question": "   ", "answer": "2"}, r"'question' is empty \(dataset\.question_key\); a question is text"),
+    ({"question": 7, "answer": "2"}, r"'question' is a int \(dataset\.question_key\)"),
+    ({"question": "1+1=", "answer": ["2", "two"]}, r"'answer' is a list \(dataset\.answer_key\); an answer is text or "
+                                                   r"a number: \[\"2\", \"two\"\]"),
+    ({"question": "1+1=", "answer": {"value": 2}}, r"'answer' is a dict \(dataset\.answer_key\)"),
+    ({"question": "what is 1+1?", "answer": "2"}, r"the prompt has characters the model's tokenizer does not know"),
+])
+def test_every_row_is_checked_as_the_stream_reaches_it(tmp_path, bad, message):
+    """Row 7 of 10 (not among the first rows the CLI reads): with bad_rows=fail the stream stops there naming the
+    file and the row; with skip it is left out, counted and logged."""
+    from forge_exp.models.tokenizer import build_char_tokenizer
+
+    write_jsonl(tmp_path / "train.jsonl", ARITHMETIC[:6] + [bad] + ARITHMETIC[6:])
+    fields = dict(eval_path=None, target_format="raw", template="{question}", streaming=True, shuffle_buffer=1)
+    factory, _ = build(config(tmp_path, **fields), build_char_tokenizer())
+    stream = factory()
+    assert len(list(itertools.islice(stream, 6))) == 6  # rows 1-6: fine
+    with pytest.raises(ValueError, match=rf"train\.jsonl( \(streamed, epoch 0\))? row 7: {message}"):
+        next(stream)
+    factory, _ = build(config(tmp_path, **fields, bad_rows="skip"), build_char_tokenizer())
+    targets = [p.target for p in itertools.islice(factory(), 20)]  # two epochs of the 10 good rows
+    assert sorted(targets) == sorted(r["answer"] for r in ARITHMETIC * 2)
+    assert factory.bad_rows == 2  # a streamed row is known by its place in an epoch: once per epoch
+
+
+def test_a_loaded_split_checks_fields_when_loaded_and_skips_bad_eval_rows(tmp_path, caplog):
+    from forge_exp.models.tokenizer import build_char_tokenizer
+
+    write_jsonl(tmp_path / "train.jsonl", ARITHMETIC)
+    write_jsonl(tmp_path / "test.jsonl", [ARITHMETIC[0], {"question": "", "answer": "1"}, ARITHMETIC[1]])
+    fields = dict(target_format="raw", template="{question}")
+    with pytest.raises(ValueError, match=r"test\.jsonl row 2: 'question' is empty"):
+        build(config(tmp_path, **fields), build_char_tokenizer())
+    factory, heldout = build(config(tmp_path, **fields, bad_rows="skip"), build_char_tokenizer())
+    assert [p.target for p in heldout] == ["2", "4"]
+    assert "test.jsonl row 2: 'question' is empty" in caplog.text and "skipped (dataset.bad_rows=skip)" in caplog.text
+    write_jsonl(tmp_path / "train.jsonl", ARITHMETIC + [{"question": "what is 1+1?", "answer": "2"}])
+    factory, _ = build(config(tmp_path, **fields, bad_rows="skip"), build_char_tokenizer())
+    assert len(list(itertools.islice(factory(), 30))) == 30 and factory.bad_rows == 1  # 3 epochs: one row, once
+    assert caplog.text.count("train.jsonl row 11: the prompt has characters") == 1
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_json_array_after_white_space_loads(tmp_path, streaming):
+    """Valid JSON that datasets' own reader refuses ("Expected object or value"): read here instead."""
+    (tmp_path / "train.json").write_text("\n  " + json.dumps(ARITHMETIC))
+    cfg = config(tmp_path, train_path=str(tmp_path / "train.json"), eval_path=None, target_format="raw",
+                 streaming=streaming, shuffle_buffer=2)
+    factory, _ = build(cfg, None)
+    assert sorted(p.target for p in itertools.islice(factory(), 10)) == sorted(r["answer"] for r in ARITHMETIC)

@@ -4,14 +4,17 @@ found by the name Monarch gives it (HYPERACTOR_PROCESS_NAME=<mesh>-<rank>), and 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT
@@ -131,6 +134,19 @@ def steps(client, run_id: str, key: str = "loss/total") -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run_id, key))
 
 
+def trained(cache: Path) -> Path:
+    """The default experiment's warm start in the session's cache (the first run of a session trains it), trained
+    here when no run has yet: a valid HF model directory for the rows that need one."""
+    found = sorted(cache.glob("tiny-*/config.json"))
+    if not found:
+        where = Path(tempfile.mkdtemp(prefix="forge-exp-warm-"))
+        rc, _, err = Run(cli(where, cache, "steps=1")).finish(600)
+        shutil.rmtree(where, ignore_errors=True)
+        assert rc == 0, err[-3000:]
+        found = sorted(cache.glob("tiny-*/config.json"))
+    return found[0].parent
+
+
 def resume_to_the_end(cmd: list[str], uri: str, total: int):
     """`cmd resume=true` finishes the run: FINISHED, every step 1..total logged once, nothing left behind."""
     again = Run([*cmd, "resume=true"])
@@ -144,6 +160,34 @@ def resume_to_the_end(cmd: list[str], uri: str, total: int):
     return client, r
 
 
+class Mounts:
+    """A private mount namespace (as root) with its own mounts (a small tmpfs, a read-only bind), held by one
+    `sleep` until the test is done: commands enter it with nsenter, so the disk can be filled, grown or read while a
+    run works on it, and nothing outside sees the mounts. Unmounted when its holder ends."""
+
+    def __init__(self, *mounts: str):
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs or a read-only bind needs root (CI runs as root)")
+        script = " && ".join([*mounts, "echo ready", "exec sleep 3600"])
+        self.holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.holder.stdout.readline().strip() == "ready", self.holder.communicate()[1]
+
+    def enter(self, cmd: list[str]) -> list[str]:
+        return ["nsenter", f"--mount=/proc/{self.holder.pid}/ns/mnt", *cmd]
+
+    def sh(self, script: str) -> str:
+        return subprocess.run(self.enter(["sh", "-c", script]), capture_output=True, text=True, check=True,
+                              timeout=120).stdout
+
+    def __enter__(self) -> "Mounts":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.holder.kill()
+        self.holder.wait()
+
+
 def kill_all(run: Run, signum: int) -> None:
     """What SLURM does at scancel or a time limit: the signal to every process of the job at once."""
     for p in [run.proc.pid, *(k.pid for k in run.children())]:
@@ -153,4 +197,4 @@ def kill_all(run: Run, signum: int) -> None:
             pass
 
 
-__all__ = ["Run", "cli", "kill_all", "last_line", "signal", "steps", "the_run"]
+__all__ = ["Mounts", "Run", "cli", "kill_all", "last_line", "signal", "steps", "the_run", "trained"]

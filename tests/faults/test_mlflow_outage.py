@@ -9,6 +9,10 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
+from forge_exp.tracking.answers import check_names
+from forge_exp.tracking.store import StoreUnavailable
 from tests.faults.helpers import Run, cli, steps, the_run
 from tests.launchers.fixtures import MLFLOW_SH, free_port, pid_alive, process_group, run_script
 
@@ -36,6 +40,17 @@ class Server:
 
     def stop(self) -> None:
         run_script([str(MLFLOW_SH), "stop", "--state-dir", str(self.state)], dict(os.environ))
+
+
+def answers_of_a_real_server(uri: str) -> None:
+    """What tracking/answers.py asks before a start, asked of this MLflow server over its REST API."""
+    client, r = the_run(uri)
+    check_names(uri, "forge-exp", r.info.run_id)
+    with pytest.raises(StoreUnavailable, match=r"run 0{32} is not in tracking\.uri="):
+        check_names(uri, "forge-exp", "0" * 32)
+    client.delete_experiment(client.create_experiment("gone"))
+    with pytest.raises(StoreUnavailable, match=r"^tracking\.experiment=gone: the experiment is deleted in "):
+        check_names(uri, "gone")
 
 
 def test_a_server_that_crashes_and_comes_back_loses_no_step(tmp_path, warmstart_cache):
@@ -76,6 +91,7 @@ def test_a_server_gone_for_good_leaves_the_run_to_the_next_start(tmp_path, warms
         assert list((tmp_path / "run").glob("mlflow_unsent.*.jsonl"))
 
         server.start()  # back, later: train 4 steps more in the same run dir
+        answers_of_a_real_server(server.uri)
         again = Run(cli(tmp_path, warmstart_cache, "steps=16", *args, "resume=true", uri=server.uri))
         rc, _, err = again.finish(300)
         assert rc == 0, err[-3000:]

@@ -88,17 +88,20 @@ def test_ctrl_c_without_checkpoints_is_killed_with_every_step_logged(tmp_path, w
     assert r.info.status == "KILLED" and steps(client, r.info.run_id) == list(range(1, int(m[1]) + 1))
 
 
-def test_a_step_that_outlasts_the_grace_period_stops_without_a_checkpoint(tmp_path, warmstart_cache):
+def test_a_step_that_outlasts_the_grace_period_stops_naming_the_newest_checkpoint(tmp_path, warmstart_cache):
     run, cmd = started(tmp_path, warmstart_cache, "checkpoint.stop_grace_s=0")
     run.signal(signal.SIGTERM)
     rc, _, err = run.finish(120)
     assert rc == 143, err[-3000:]
-    assert last_line(err) == ("forge-exp: stopped by SIGTERM during a step, with no checkpoint (the step in flight "
-                              "did not end within checkpoint.stop_grace_s=0)")
+    m = re.fullmatch(r"forge-exp: stopped by SIGTERM during a step \(the step in flight did not end within "
+                     r"checkpoint\.stop_grace_s=0\); the newest checkpoint is (\S+) \(step (\d+)\) \(continue it "
+                     r"with resume=true in the same run dir\)", last_line(err))
+    assert m, err[-3000:]  # (the periodic checkpoints stand: it said "with no checkpoint")
     assert run.orphans() == []
     client, r = the_run(f"sqlite:///{tmp_path}/mlflow.db")
     logged = steps(client, r.info.run_id)
     assert r.info.status == "KILLED" and logged == list(range(1, logged[-1] + 1)) and logged[-1] % 4 == 0
+    assert Path(m[1]).name == f"step_{logged[-1]:07d}" and int(m[2]) == logged[-1]
 
 
 def test_a_signal_while_the_services_start_stops_at_once(tmp_path, warmstart_cache):

@@ -83,3 +83,33 @@ def test_a_directory_being_replaced_is_never_missing_to_a_reader(tmp_path):
     assert looks > 100 and missing == 0, (missing, looks)
     assert json.loads((target / "config.json").read_text()) == {"i": 29}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "done"]
+
+
+def test_a_full_disk_is_named_whatever_the_writer_says(tmp_path, monkeypatch):
+    """torch.save on a full disk says "unexpected pos 425152 vs 425044" (its stream loses the errno): the save says
+    the disk is full, naming the directory, and leaves nothing half-written behind. The real full disk: tests/faults
+    (a tmpfs)."""
+    import errno
+    import shutil
+
+    import pytest
+
+    from forge_exp.models import checkpoint
+
+    def torch_save_on_a_full_disk(*args):
+        raise RuntimeError("unexpected pos 9 vs 7")
+
+    def free(nbytes: int):
+        return lambda path: shutil._ntuple_diskusage(nbytes * 2, nbytes, nbytes)
+
+    model, tok = small()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    monkeypatch.setattr(checkpoint.torch, "save", torch_save_on_a_full_disk)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", free(4096))
+    with pytest.raises(OSError, match=r"^\[Errno 28\] no space left on device \(4096 bytes free\) while writing "
+                                      r"\S+step_2; free space there, or write checkpoints elsewhere") as e:
+        save_hf_checkpoint(model, tok, tmp_path / "step_2", optimizer=opt)
+    assert e.value.errno == errno.ENOSPC and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", free(1 << 40))
+    with pytest.raises(RuntimeError, match="unexpected pos 9"):  # room left: not a full disk, its own error
+        save_hf_checkpoint(model, tok, tmp_path / "step_2", optimizer=opt)

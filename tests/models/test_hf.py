@@ -61,6 +61,25 @@ def test_local_path_checks(tmp_path):
     Pretrained(path=str(saved_tiny(tmp_path / "ok"))).check_available()
 
 
+def test_damaged_files_are_named_before_loading(tmp_path):
+    """A weights file cut short by a copy, or a config.json that is not JSON, is one line naming the file (read
+    from the safetensors header, not the weights), not a loader's traceback in a service."""
+    ok = saved_tiny(tmp_path / "ok")
+    weights = ok / "model.safetensors"
+    size = weights.stat().st_size
+    with open(weights, "r+b") as f:
+        f.truncate(size - 100)
+    with pytest.raises(ValueError, match=rf"model\.safetensors of {size - 100} bytes where its header says {size}"):
+        Pretrained(path=str(ok)).check_available()
+    weights.write_bytes(b"\x05")
+    with pytest.raises(ValueError, match=r"model\.safetensors of 1 bytes, too short for its own header"):
+        Pretrained(path=str(ok)).check_available()
+    garbage = saved_tiny(tmp_path / "garbage")
+    (garbage / "config.json").write_text("garbage{")
+    with pytest.raises(ValueError, match=r"model\.path=\S+garbage has a config\.json that is not JSON"):
+        TinyQwen3(path=str(garbage)).check_available()
+
+
 def test_load_causal_lm_options(tmp_path):
     path = str(saved_tiny(tmp_path / "m"))
     model = load_causal_lm(path, dtype="bfloat16", attn_implementation="eager", gradient_checkpointing=True)

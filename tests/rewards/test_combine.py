@@ -84,6 +84,13 @@ def user_package(tmp_path, monkeypatch):
 
         def not_a_reward(text):
             return 0.0
+
+        class NeedsAJudge:
+            def __init__(self):
+                raise RuntimeError("no judge model on this machine")
+
+            def __call__(self, prompt, response, target):
+                return 0.0
     '''))
     monkeypatch.syspath_prepend(str(tmp_path))
     return "my_rewards"
@@ -116,6 +123,10 @@ def test_build_reward_with_user_targets(user_package):
         ({"x": {"_target_": MATH, "weight": "heavy"}}, r"functions\.x\.weight must be a finite number"),
         ({"x": {"_target_": MATH, "weight": float("inf")}}, r"functions\.x\.weight"),
         ({"a/b": {"_target_": MATH}}, r"name 'a/b'"),
+        ({"x": {"_target_": "my_rewards.NeedsAJudge"}},  # its __init__'s own error, with the key and the class
+         r"^reward\.functions\.x \(my_rewards\.NeedsAJudge\) raised RuntimeError: no judge model on this machine$"),
+        ({"x": {"_target_": "builtins.len"}},
+         r"^reward\.functions\.x\._target_: builtins\.len is not a reward function"),
     ],
 )
 def test_build_reward_errors_name_the_key(user_package, functions, message):

@@ -4,6 +4,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from forge_exp.tracking.mlflow import Tracker, default_tracking_uri, flatten
+from forge_exp.tracking.store import TrackingRefused
 
 
 def test_flatten_gives_dotted_keys():
@@ -66,6 +67,43 @@ def test_failed_app_marks_the_run_failed_and_keeps_what_was_logged(tmp_path):
     assert run.info.status == "FAILED" and run.data.metrics["loss"] == 1.0
 
 
+def test_a_store_that_refuses_the_run_under_way_is_one_line_naming_the_uri(tmp_path):
+    """What the checks before the start could not foresee (the experiment deleted after them, say)."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    client.delete_experiment(client.create_experiment("exp"))
+    t = Tracker(uri, "exp")
+    t.begin()
+    with pytest.raises(TrackingRefused, match=rf"^tracking\.uri={uri}: MLflow did not open the run of experiment 'exp' "
+                                              r"\(MlflowException: .*deleted.*\)$"):
+        t.run_id
+    with pytest.raises(TrackingRefused):  # the next call to the tracker says the same
+        t.log_metrics({"loss": 1.0}, step=1)
+
+
+def test_a_resume_from_an_older_checkpoint_logs_no_step_twice(tmp_path, capsys):
+    """Steps 1-8 logged, the checkpoint of step 8 lost: resumed from step 4, steps 5-8 are trained again; MLflow keeps
+    their first values (it cannot delete points), the run says so in a tag, and steps 9-10 are logged once."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with Tracker(uri, "exp", hold=True) as first:
+        for step in range(1, 9):
+            first.log_metrics({"loss/total": float(step), "eval/accuracy": 0.5}, step=step)
+        first.commit()
+    with Tracker(uri, "exp", run_id=first.run_id, resume_step=4, hold=True) as again:
+        for step in range(5, 11):
+            again.log_metrics({"loss/total": -float(step), "eval/accuracy": 0.9}, step=step)
+            if step == 6:
+                again.commit()
+    client = MlflowClient(uri)
+    for key in ("loss/total", "eval/accuracy"):
+        assert sorted(m.step for m in client.get_metric_history(first.run_id, key)) == list(range(1, 11)), key
+    values = {m.step: m.value for m in client.get_metric_history(first.run_id, "loss/total")}
+    assert [values[s] for s in (4, 5, 8, 9, 10)] == [4.0, 5.0, 8.0, -9.0, -10.0]
+    tag = client.get_run(first.run_id).data.tags["forge_exp.rewound"]
+    assert tag == "steps 5-8 were trained again from the checkpoint of step 4; MLflow keeps their first values"
+    assert "has steps 5-8 already" in capsys.readouterr().err
+
+
 def test_child_run_points_at_its_parent(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with Tracker(uri, "exp", run_name="sweep") as parent:
@@ -93,9 +131,6 @@ def test_a_store_that_cannot_be_opened_fails_the_next_call(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     t = Tracker(f"sqlite:///{blocker}/mlruns/mlflow.db", "exp")  # returns at once: the store opens on a thread
-    with pytest.raises(OSError):
-        t.run_id
-    with pytest.raises(OSError):
-        t.log_metrics({"loss": 1.0}, step=1)
-    with pytest.raises(OSError):
-        t.close()
+    for call in (lambda: t.run_id, lambda: t.log_metrics({"loss": 1.0}, step=1), t.close):
+        with pytest.raises(TrackingRefused, match=r"did not open the run of experiment 'exp' \(NotADirectoryError"):
+            call()

@@ -128,10 +128,12 @@ def set_aside(damaged: list[tuple[Path, str]]) -> list[str]:
     return lines
 
 
-# What a resume may change: how long and where the run goes on, how it is evaluated, checkpointed and tracked; not
-# what it trains (model, algorithm, data, rewards, engines, seed). Exact keys, then prefixes.
+# What a resume may change: how long and where the run goes on, how it is evaluated, checkpointed and tracked, how
+# it is laid out over processes (a sharded checkpoint reshards on load); not what it trains (model, algorithm, data,
+# rewards, engines, seed). Exact keys, then prefixes.
 RESUME_MAY_CHANGE = ("steps", "progress", "output_dir")
-RESUME_MAY_CHANGE_UNDER = ("eval.", "checkpoint.", "tracking.", "services.", "cluster.", "model.warmstart.")
+RESUME_MAY_CHANGE_UNDER = ("eval.", "checkpoint.", "tracking.", "services.", "cluster.", "parallelism.",
+                           "model.warmstart.")
 
 
 def config_changes(params: dict[str, str], resolved: dict) -> dict[str, tuple[str, str]]:

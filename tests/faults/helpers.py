@@ -137,14 +137,17 @@ def steps(client, run_id: str, key: str = "loss/total") -> list[int]:
 def trained(cache: Path) -> Path:
     """The default experiment's warm start in the session's cache (the first run of a session trains it), trained
     here when no run has yet: a valid HF model directory for the rows that need one."""
-    found = sorted(cache.glob("tiny-*/config.json"))
-    if not found:
+    from forge_exp.apps.common import warm_start_dir
+    from tests.config.helpers import typed
+
+    model = cache / warm_start_dir(typed()).name  # the default's key (the session's cache holds other runs' too)
+    if not (model / "config.json").exists():
         where = Path(tempfile.mkdtemp(prefix="forge-exp-warm-"))
         rc, _, err = Run(cli(where, cache, "steps=1")).finish(600)
         shutil.rmtree(where, ignore_errors=True)
         assert rc == 0, err[-3000:]
-        found = sorted(cache.glob("tiny-*/config.json"))
-    return found[0].parent
+    assert (model / "config.json").exists(), f"no warm start at {model}"
+    return model
 
 
 def resume_to_the_end(cmd: list[str], uri: str, total: int):

@@ -80,7 +80,7 @@ def test_default_experiment_learns_and_lands_in_mlflow(tmp_path, cli):
     assert params["algorithm.name"] == "grpo" and params["model.name"] == "tiny" and params["steps"] == str(STEPS)
     for key in ("reward/mean", "reward/std", "rollout/accuracy", "loss/total", "loss/clip_frac_high",
                 "policy/entropy", "generator/tokens_per_s", "time/step_seconds", "sync/seconds",
-                "train/policy_age", "eval/accuracy"):
+                "train/policy_age", "eval/accuracy", "mismatch/kl_k3", "mismatch/ratio_p99", "mismatch/tokens"):
         assert key in run.data.metrics, key
     history = sorted(client.get_metric_history(run.info.run_id, "reward/mean"), key=lambda m: m.step)
     rewards = [m.value for m in history]

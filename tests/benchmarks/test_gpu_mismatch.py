@@ -5,26 +5,17 @@ slow on this CPU; the GPU run is bf16), then mismatch_table.py's JSON and table.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-
-GPU = ROOT / "benchmarks" / "gpu"
+from tests.benchmarks.helpers import GPU, tiny_bench
 
 
 @pytest.mark.slow
 def test_mismatch_benchmark_runs_at_a_tiny_shape(tmp_path):
     bench = tmp_path / "bench"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "BENCH": str(bench),
-           "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    make = [sys.executable, str(GPU / "make_model.py"), "--out", str(bench), "--layers", "2", "--hidden", "64",
-            "--intermediate", "128", "--prompt-tokens", "24", "--train-rows", "16", "--device", "cpu"]
-    subprocess.run(make, check=True, capture_output=True, timeout=300, env=env)
+    env = tiny_bench(bench, "--layers", "2", "--hidden", "64", "--intermediate", "128")
 
     env.update(LAYOUT="cpu", STEPS="2", PROMPTS="1", NEW_TOKENS="6", PROMPT_TOKENS="24", GENERATORS="torch",
                MODES="seq_mask", DTYPE="float32", RUN_TIMEOUT="300")

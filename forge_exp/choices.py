@@ -5,6 +5,10 @@ here, so the CLI can check a config before torch loads."""
 KL_ESTIMATORS = ("k1", "k2", "k3")  # rl/kl.py (Schulman 2020)
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "fixed_horizon")  # rl/losses/primitives.py
 ADVANTAGES = ("group_norm", "mean", "loo")  # rl/advantages.py
+# rl/losses/correction.py: how a loss corrects for the generator/trainer mismatch, and each mode's cap C when
+# algorithm.loss.rollout_cap is null (tis, mis: verl's and Yao et al.'s 2; seq_mask: verl's geometric 1.001)
+ROLLOUT_CORRECTIONS = ("none", "tis", "mis", "seq_mask")
+DEFAULT_ROLLOUT_CAP = {"tis": 2.0, "mis": 2.0, "seq_mask": 1.001}
 TARGET_FORMATS = ("gsm8k", "boxed", "raw")  # data/hf.py: extract_target
 BAD_ROWS = ("fail", "skip")  # data/hf.py: BadRows, what a data row that fails its check does
 DTYPES = ("float32", "bfloat16", "float16")  # models/hf.py

@@ -55,7 +55,8 @@ class Trainer(Actor):
         push took."""
         a = self.algorithm
         metrics = self.engine.train_step(batch, grad_accum=a.grad_accum, max_grad_norm=a.max_grad_norm,
-                                         temperature=a.temperature, mask_truncated=a.overlong_filter)
+                                         temperature=a.temperature, mask_truncated=a.overlong_filter,
+                                         version=self.version)
         self.version += 1
         if publish_to is not None:
             metrics["sync/seconds"] = await self._publish(publish_to)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from forge_exp.config.checks import FieldError, at_least, finite, positive, within
-from forge_exp.config.enums import Advantage, KLEstimator, LossAgg
+from forge_exp.config.enums import Advantage, KLEstimator, LossAgg, RolloutCorrection
 
 
 # ---------------------------------------------------------------------------------------------- losses
@@ -28,10 +28,15 @@ class PolicyLoss:
     loss_agg: LossAgg = LossAgg.seq_mean  # token_mean | seq_mean | fixed_horizon (Dr. GRPO)
     # fixed_horizon's constant: the longest response (a string default is an interpolation OmegaConf resolves)
     horizon: Optional[int] = "${dataset.max_new_tokens}"  # type: ignore[assignment]
+    # the generator/trainer logprob mismatch (rl/losses/correction.py): none | tis (truncated IS) | mis (masked IS)
+    # | seq_mask (drop sequences by their geometric-mean ratio), with its cap C > 1
+    rollout_correction: RolloutCorrection = RolloutCorrection.none
+    rollout_cap: Optional[float] = None  # null = the mode's own C (forge_exp/choices.py: tis, mis 2; seq_mask 1.001)
 
     def __post_init__(self) -> None:
         at_least("beta", self.beta, 0)
         finite("entropy_coef", self.entropy_coef)
+        within("rollout_cap", self.rollout_cap, 1, float("inf"), low_open=True, nullable=True)
         if self.horizon is not None:
             at_least("horizon", self.horizon, 1)
         if self.loss_agg == LossAgg.fixed_horizon and self.horizon is None:
@@ -63,6 +68,9 @@ class GSPOLossConfig(PolicyLoss):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_clip(self.clip_low, self.clip_high)
+        if self.rollout_correction in (RolloutCorrection.tis, RolloutCorrection.mis):
+            raise FieldError("rollout_correction", f"must be none or seq_mask for GSPO, got "
+                             f"{self.rollout_correction.value}: its ratio is per sequence, and tis/mis weight tokens")
 
 
 @dataclass
@@ -90,13 +98,9 @@ class SAPOLossConfig(PolicyLoss):
 
 @dataclass
 class ReinforceLossConfig(PolicyLoss):
-    _target_: str = "forge_exp.rl.losses.ReinforceLoss"
-    ratio_cap: Optional[float] = None  # truncate the behaviour importance ratio at this; null = none
+    """Its truncated importance weight is rollout_correction=tis (rollout_cap = the truncation)."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.ratio_cap is not None:
-            positive("ratio_cap", self.ratio_cap)
+    _target_: str = "forge_exp.rl.losses.ReinforceLoss"
 
 
 @dataclass

@@ -16,6 +16,7 @@ def _enum(name: str, values: tuple[str, ...]) -> type[Enum]:
 KLEstimator = _enum("KLEstimator", choices.KL_ESTIMATORS)
 LossAgg = _enum("LossAgg", choices.LOSS_AGGREGATIONS)
 Advantage = _enum("Advantage", choices.ADVANTAGES)
+RolloutCorrection = _enum("RolloutCorrection", choices.ROLLOUT_CORRECTIONS)
 TargetFormat = _enum("TargetFormat", choices.TARGET_FORMATS)
 BadRows = _enum("BadRows", choices.BAD_ROWS)
 DType = _enum("DType", choices.DTYPES)

@@ -104,9 +104,9 @@ class HFTrainer:
 
     # --- GRPO family ------------------------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch, *, grad_accum: int, max_grad_norm: float, temperature: float,
-                   mask_truncated: bool) -> dict[str, float]:
+                   mask_truncated: bool, version: int | None = None) -> dict[str, float]:
         metrics = policy_update(self.policy, batch, grad_accum=grad_accum, max_grad_norm=max_grad_norm,
-                                temperature=temperature, mask_truncated=mask_truncated)
+                                temperature=temperature, mask_truncated=mask_truncated, version=version)
         self.step += 1
         return metrics
 

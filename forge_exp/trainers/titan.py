@@ -159,7 +159,7 @@ class TitanTrainer:
 
     def train_step(
         self, batch: TrainBatch, *, grad_accum: int, max_grad_norm: float, temperature: float,
-        mask_truncated: bool = False,
+        mask_truncated: bool = False, version: int | None = None,
     ) -> dict[str, float]:
         """One optimizer step on `batch` (the whole batch, on every rank); metrics are the whole batch's."""
         from torchtitan.distributed.utils import clip_grad_norm_
@@ -177,6 +177,8 @@ class TitanTrainer:
             shard=self.dp_rank,
             shards=self.degrees.dp,
             reduce=self._sum_over_dp if self._dp_mesh is not None else None,
+            gather_rows=self._rows_over_dp if self._dp_mesh is not None else None,
+            version=version,
         )
         self.step += 1
         return metrics
@@ -202,6 +204,11 @@ class TitanTrainer:
         )
         keep = mb.response_mask.bool()
         return lp.view(b, R).masked_fill(~keep, 0.0), ent.view(b, R).masked_fill(~keep, 0.0)
+
+    def _rows_over_dp(self, rows: torch.Tensor) -> torch.Tensor:
+        """The [B, R] tensor whose rows each data-parallel rank filled for its share (zeros elsewhere), whole."""
+        dist.all_reduce(rows, group=self._dp_mesh.get_group())
+        return rows
 
     def _sum_over_dp(self, sums: dict[str, float]) -> dict[str, float]:
         keys = sorted(sums)

@@ -87,9 +87,9 @@ class TitanBackend:
 
     # --- the calls of trainers/hf.py ------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch, *, grad_accum: int, max_grad_norm: float, temperature: float,
-                   mask_truncated: bool) -> dict[str, float]:
+                   mask_truncated: bool, version: int | None = None) -> dict[str, float]:
         metrics = self.trainer.train_step(batch, grad_accum=grad_accum, max_grad_norm=max_grad_norm,
-                                          temperature=temperature, mask_truncated=mask_truncated)
+                                          temperature=temperature, mask_truncated=mask_truncated, version=version)
         self.step += 1
         return {**metrics, "trainer/world_size": float(self.world), **self._memory()}
 

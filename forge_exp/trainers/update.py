@@ -10,6 +10,11 @@ batch's sequences, and the data-parallel gradient reduction sums, so one step is
 whether it runs on one process with grad_accum = G·S or on S shards with grad_accum = G. With token-mean losses the
 result is a sequence-weighted mean of per-part token means (the usual approximation, exact when parts hold equal
 token counts).
+
+Every step also measures the generator/trainer mismatch (rl/mismatch.py: mismatch/...) on the whole batch: the
+logprobs the step computed, detached, against the behaviour logprobs, over the model's own tokens; under
+mismatch/current/ for the episodes sampled at the trainer's version (`version`). Data-parallel ranks hand each
+other their rows of the step's logprobs first (`gather_rows`), so every rank measures the same whole batch.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 
 from forge_exp.models.logprobs import sequence_logprobs
 from forge_exp.rl.losses import _describe, call_loss
+from forge_exp.rl.mismatch import mismatch_metrics
 from forge_exp.rl.types import TrainBatch
 
 # (micro-batch on the trainer's device) → (logprobs [b, R], entropy [b, R]), differentiable
@@ -82,8 +88,11 @@ def available_inputs(beta: float) -> set[str]:
     return names | ({"ref_logprobs"} if beta > 0 else set())
 
 
-def micro_batches(batch: TrainBatch, grad_accum: int, shard: int = 0, shards: int = 1) -> list[tuple[TrainBatch, float]]:
-    """Data-parallel shard `shard`'s micro-batches of `batch` with their weights (share of the batch's sequences)."""
+def micro_batches(
+    batch: TrainBatch, grad_accum: int, shard: int = 0, shards: int = 1
+) -> list[tuple[TrainBatch, float, slice]]:
+    """Data-parallel shard `shard`'s micro-batches of `batch` with their weights (share of the batch's sequences)
+    and the rows of `batch` each holds."""
     n, parts = len(batch), grad_accum * shards
     if shards > 1 and n < parts:  # every shard must run the same number of non-empty forwards (FSDP collectives)
         raise ValueError(
@@ -97,7 +106,7 @@ def micro_batches(batch: TrainBatch, grad_accum: int, shard: int = 0, shards: in
         if hi > lo:
             sl = slice(lo, hi)
             part = TrainBatch(**{k: (v[sl] if isinstance(v, torch.Tensor) else v) for k, v in batch.__dict__.items()})
-            out.append((part, (hi - lo) / n))
+            out.append((part, (hi - lo) / n, sl))
     return out
 
 
@@ -114,13 +123,17 @@ def train_step(
     shard: int = 0,
     shards: int = 1,
     reduce: Callable[[dict[str, float]], dict[str, float]] | None = None,
+    gather_rows: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    version: int | None = None,
 ) -> dict[str, float]:
     """One optimizer step of this rank's share of `batch` (see the module docstring). `clip()` clips the gradients
-    and returns their global norm; `reduce` sums the metric dict over the data-parallel ranks (None: one rank)."""
+    and returns their global norm; `reduce` sums the metric dict over the data-parallel ranks and `gather_rows` a
+    [B, R] tensor of which each rank filled its rows (None: one rank); `version` is the trainer's weight version."""
     t0 = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
-    for mb, weight in micro_batches(batch, grad_accum, shard, shards):
+    train_logprobs = None  # [B, R]: this rank's rows of the step's logprobs, detached (the others stay 0)
+    for mb, weight, rows in micro_batches(batch, grad_accum, shard, shards):
         mb = _to(mb, device)
         # The model's own tokens: environment insertions of a multi-turn episode are attended to but not trained on,
         # and stay out of the behaviour/reference ratios (the loss sees them masked).
@@ -128,6 +141,9 @@ def train_step(
         if mask_truncated:  # overlong filtering (DAPO): truncated completions carry no gradient
             mask = mask & ~mb.truncated[:, None]
         logprobs, entropy = logprobs_fn(mb)
+        if train_logprobs is None:
+            train_logprobs = logprobs.new_zeros(batch.behavior_logprobs.shape)
+        train_logprobs[rows] = logprobs.detach()
         inputs = dict(
             logprobs=logprobs,
             behavior_logprobs=mb.behavior_logprobs,
@@ -149,10 +165,20 @@ def train_step(
     if reduce is not None:
         sums = reduce(sums)
     check_finite_loss(sums["loss/total"], loss, optimizer, "check the loss, the rewards and algorithm.lr")
+    sums.update(_mismatch(batch, train_logprobs if gather_rows is None else gather_rows(train_logprobs), version))
     grad_norm = step_if_finite(clip(), optimizer, "check the rewards and algorithm.lr")
     seconds = time.perf_counter() - t0
     tokens = sums.pop("train/tokens", 0.0)
     return {**sums, "train/grad_norm": grad_norm, "train/seconds": seconds, "train/tokens_per_s": tokens / max(seconds, 1e-9)}
+
+
+def _mismatch(batch: TrainBatch, train_logprobs: torch.Tensor, version: int | None) -> dict[str, float]:
+    """rl/mismatch.py's metrics of the whole batch, over the model's own tokens (overlong-filtered ones too)."""
+    device = train_logprobs.device
+    own = batch.response_mask if batch.loss_mask is None else batch.loss_mask
+    current = None if version is None else batch.policy_versions == version
+    return mismatch_metrics(train_logprobs, batch.behavior_logprobs.to(device), own.to(device),
+                            None if current is None else current.to(device))
 
 
 def policy_update(
@@ -163,6 +189,7 @@ def policy_update(
     max_grad_norm: float,
     temperature: float,
     mask_truncated: bool = False,
+    version: int | None = None,
 ) -> dict[str, float]:
     """The transformers trainer's step: `train_step` on one process with the HF model's logprobs."""
     model = policy.model
@@ -181,6 +208,7 @@ def policy_update(
         device=policy.device,
         grad_accum=grad_accum,
         mask_truncated=mask_truncated,
+        version=version,
     )
 
 

@@ -5,28 +5,19 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.benchmarks.helpers import GPU, tiny_bench
 
 pytest.importorskip("peft")
-GPU = ROOT / "benchmarks" / "gpu"
 
 
 @pytest.mark.slow
 def test_lora_benchmark_runs_at_a_tiny_shape(tmp_path):
     bench = tmp_path / "bench"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "BENCH": str(bench),
-           "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    make = [sys.executable, str(GPU / "make_model.py"), "--out", str(bench), "--shape", "8b", "--layers", "2",
-            "--hidden", "256", "--intermediate", "512", "--prompt-tokens", "24", "--train-rows", "16",
-            "--device", "cpu"]
-    subprocess.run(make, check=True, capture_output=True, timeout=300, env=env)
+    env = tiny_bench(bench, "--shape", "8b", "--layers", "2", "--hidden", "256", "--intermediate", "512")
     config = json.loads((bench / "qwen3_8b" / "config.json").read_text())
     assert (config["num_attention_heads"], config["tie_word_embeddings"], config["vocab_size"]) == (32, False, 151936)
 

@@ -21,7 +21,9 @@ from tests.config.helpers import compose_cfg, error_lines, run_cli
         ("algorithm.top_p=0", r"^algorithm\.top_p must be in \(0, 1\]"),
         ("algorithm.temperature=0", r"^algorithm\.temperature must be > 0"),
         ("algorithm=sapo algorithm.tau_neg=0", r"^algorithm\.loss\.tau_neg must be > 0"),
-        ("algorithm=reinforce algorithm.ratio_cap=0", r"^algorithm\.loss\.ratio_cap must be > 0"),
+        ("algorithm.rollout_cap=1", r"^algorithm\.loss\.rollout_cap must be in \(1, inf\] or null, got 1"),
+        ("algorithm=gspo algorithm.rollout_correction=tis", r"^algorithm\.loss\.rollout_correction must be none or "
+                                                           r"seq_mask for GSPO, got tis"),
         ("algorithm=sft algorithm.max_seq_len=1", r"^algorithm\.max_seq_len must be >= 2"),
         ("dataset.max_new_tokens=0", r"^dataset\.max_new_tokens must be >= 1"),
         ("dataset.digits=0", r"^dataset\.digits must be in \[1, 18\]"),
@@ -95,6 +97,8 @@ def test_cli_errors_are_one_line_with_the_closest_key_and_spawn_nothing(tmp_path
         ("algorithm.loss.kl_estimator=k4",): "algorithm.loss.kl_estimator=k4: Invalid value 'k4', expected one of "
                                              "[k1, k2, k3]",
         ("algorithm.clip_low=1.5",): "algorithm.loss.clip_low must be in [0, 1) or null, got 1.5",
+        ("algorithm.rollout_correction=is",): "algorithm.loss.rollout_correction=is: Invalid value 'is', expected "
+                                              "one of [none, tis, mis, seq_mask]",
         ("env=calculator", "env.chat_format=chatml"): "env.chat_format=chatml: Invalid value 'chatml', expected one "
                                                      "of [tiny, qwen3, llama3]",
         ("dataset=jsonl", "dataset.train_path=data/{split}.jsonl"): "cannot parse the override",

@@ -50,5 +50,6 @@ def test_reward_rises(sweep, algorithm):
     assert len(rewards) >= STEPS // 2
     first, last = statistics.fmean(rewards[:6]), statistics.fmean(rewards[-6:])
     assert last > first, f"{algorithm}: reward {first:.3f} → {last:.3f} over {STEPS} steps: {rewards}"
-    for key in ("loss/clip_frac_low", "loss/ratio_mean", "loss/token_frac", "loss/kl", "loss/entropy"):
+    for key in ("loss/clip_frac_low", "loss/ratio_mean", "loss/token_frac", "loss/kl", "loss/entropy",
+                "mismatch/logp_diff_abs_mean", "mismatch/ratio_max"):
         assert key in run.data.metrics, (algorithm, key)

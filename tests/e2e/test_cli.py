@@ -80,7 +80,7 @@ def test_default_experiment_learns_and_lands_in_mlflow(tmp_path, cli):
     assert params["algorithm.name"] == "grpo" and params["model.name"] == "tiny" and params["steps"] == str(STEPS)
     for key in ("reward/mean", "reward/std", "rollout/accuracy", "loss/total", "loss/clip_frac_high",
                 "policy/entropy", "generator/tokens_per_s", "time/step_seconds", "sync/seconds",
-                "train/policy_age", "eval/accuracy"):
+                "train/policy_age", "eval/accuracy", "mismatch/kl_k3", "mismatch/ratio_p99", "mismatch/tokens"):
         assert key in run.data.metrics, key
     history = sorted(client.get_metric_history(run.info.run_id, "reward/mean"), key=lambda m: m.step)
     rewards = [m.value for m in history]
@@ -95,6 +95,30 @@ def test_default_experiment_learns_and_lands_in_mlflow(tmp_path, cli):
         a.path for a in client.list_artifacts(run.info.run_id, "samples")
     }
     assert artifacts == {"config/resolved.yaml", "samples/completions.json"}
+
+
+def test_a_rollout_correction_run_logs_the_mismatch(tmp_path, cli):
+    """algorithm.rollout_correction=tis through the real CLI: the loss's ratio is anchored at the trainer's own
+    logprobs (1 at the step), its correction metrics and the trainer's mismatch/ metrics land in MLflow each step."""
+    steps = 4
+    code, out, err, _ = run_watching(cli(f"steps={steps}", "dataset.eval_size=16", "progress=false",
+                                         "algorithm.rollout_correction=tis"), timeout=300)
+    assert code == 0, err[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments() if e.name == "forge-exp"])
+    assert run.data.params["algorithm.loss.rollout_correction"] == "tis"
+
+    def history(key: str) -> list[float]:
+        return [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+
+    for key in ("mismatch/logp_diff_abs_mean", "mismatch/kl_k3", "mismatch/ratio_min", "mismatch/ratio_p50",
+                "mismatch/ratio_max", "loss/correction_weight_mean", "loss/correction_truncated_frac"):
+        assert len(history(key)) == steps, key
+    assert history("loss/ratio_max") == pytest.approx([1.0] * steps)  # the family's ratio: π_θ/π_train
+    # step 1 trains on rollouts of the weights it starts from: every token is a current-version token, and on this
+    # CPU both engines compute in float32, so the difference is rounding
+    assert history("mismatch/current/tokens")[0] == history("mismatch/tokens")[0] > 0
+    assert history("mismatch/current/logp_diff_abs_mean")[0] < 1e-4
 
 
 def test_ctrl_c_stops_every_process(cli):

@@ -3,7 +3,9 @@ loops over sequences and tokens. They share no code with forge_exp.rl.losses; au
 the reference gradient.
 
 Arguments: lp, blp, ref, ent are [B, T] float64 tensors (lp requires grad), adv is [B] (or [B][T] nested for
-token-level advantages), mask is [B, T] bool.
+token-level advantages), mask is [B, T] bool. `blp` is whatever the family's ratio is taken against (the behaviour
+logprobs, or the anchor a rollout correction picks), `weight` a dict (i, t) → the correction's weight on the policy
+term (None: 1).
 """
 
 from __future__ import annotations
@@ -65,8 +67,39 @@ def regularised(per_token, lp, ref, ent, mask, beta, ent_coef):
     return per_token
 
 
+def weighed(per_token, weight):
+    return per_token if weight is None else {k: weight[k] * v for k, v in per_token.items()}
+
+
+def correction(lp, blp, mask, mode, cap):
+    """Rollout correction from its formulas: ρ = π_train/π_gen with π_train = lp (detached), π_gen = blp.
+    → (anchor [B, T], weight dict, kept mask). tis: anchor π_train, w = min(ρ, C). mis: anchor π_train, w = ρ
+    inside [1/C, C], the token dropped outside. seq_mask: anchor π_gen, w = 1, a row dropped when its geometric
+    mean ratio exp(1/n Σ log ρ) leaves [1/C, C]. none: anchor π_gen, w = 1."""
+    keep = mask.clone()
+    anchor = lp.detach().clone() if mode in ("tis", "mis") else blp
+    weight = {}
+    for i in range(mask.shape[0]):
+        toks = real_tokens(mask, i)
+        rho = {t: math.exp(float(lp[i, t].detach()) - float(blp[i, t])) for t in toks}
+        if mode == "seq_mask" and toks:
+            geo = math.exp(sum(math.log(rho[t]) for t in toks) / len(toks))
+            if not 1 / cap <= geo <= cap:
+                keep[i] = False
+        for t in toks:
+            if mode == "tis":
+                weight[i, t] = min(rho[t], cap)
+            elif mode == "mis" and 1 / cap <= rho[t] <= cap:
+                weight[i, t] = rho[t]
+            elif mode == "mis":
+                keep[i, t] = False
+            else:
+                weight[i, t] = 1.0
+    return anchor, weight, keep
+
+
 def grpo(lp, blp, adv, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=None, beta=0.0, ref=None, ent=None,
-         ent_coef=0.0, agg="seq_mean", horizon=None):
+         ent_coef=0.0, agg="seq_mean", horizon=None, weight=None):
     """GRPO eq. 3 (DeepSeekMath) per token: −[min(r·A, clip(r, 1−ε_l, 1+ε_h)·A) − β·KL]; dual clip (Ye et al.
     2020): for A < 0, max(that min, c·A)."""
     per_token = {}
@@ -79,7 +112,7 @@ def grpo(lp, blp, adv, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=None, bet
             if dual_clip is not None and a < 0:
                 obj = max(obj, torch.tensor(dual_clip * a, dtype=torch.float64))
             per_token[i, t] = -obj
-    return aggregate(regularised(per_token, lp, ref, ent, mask, beta, ent_coef), mask, agg, horizon)
+    return aggregate(regularised(weighed(per_token, weight), lp, ref, ent, mask, beta, ent_coef), mask, agg, horizon)
 
 
 def gspo(lp, blp, adv, mask, *, clip_low=3e-4, clip_high=4e-4):
@@ -112,7 +145,7 @@ def gspo_token(lp, blp, adv_bt, mask, *, clip_low=3e-4, clip_high=4e-4):
     return sum(rows) / max(len(rows), 1)
 
 
-def cispo(lp, blp, adv, mask, *, clip_low=None, clip_high=0.28, agg="token_mean"):
+def cispo(lp, blp, adv, mask, *, clip_low=None, clip_high=0.28, agg="token_mean", weight=None):
     """MiniMax-M1 eq. 4: −1/Σ|o_i| Σ_i Σ_t sg(clip(r_it, 1−ε_l, 1+ε_h))·A_i·log π_θ(o_it)."""
     per_token = {}
     for i in range(mask.shape[0]):
@@ -121,10 +154,10 @@ def cispo(lp, blp, adv, mask, *, clip_low=None, clip_high=0.28, agg="token_mean"
             w = min(r, 1 + clip_high) if clip_high is not None else r
             w = max(w, 1 - clip_low) if clip_low is not None else w
             per_token[i, t] = -w * float(adv[i]) * lp[i, t]
-    return aggregate(per_token, mask, agg)
+    return aggregate(weighed(per_token, weight), mask, agg)
 
 
-def sapo(lp, blp, adv, mask, *, tau_pos=1.0, tau_neg=1.05, agg="seq_mean"):
+def sapo(lp, blp, adv, mask, *, tau_pos=1.0, tau_neg=1.05, agg="seq_mean", weight=None):
     """SAPO: J = 1/G Σ_i 1/|y_i| Σ_t f(r_it)·A_i, f(r) = (4/τ)·σ(τ(r − 1)), τ = τ_pos if A > 0 else τ_neg."""
     per_token = {}
     for i in range(mask.shape[0]):
@@ -133,14 +166,10 @@ def sapo(lp, blp, adv, mask, *, tau_pos=1.0, tau_neg=1.05, agg="seq_mean"):
         for t in real_tokens(mask, i):
             r = torch.exp(lp[i, t] - blp[i, t])
             per_token[i, t] = -(4.0 / tau) * sigmoid(tau * (r - 1.0)) * a
-    return aggregate(per_token, mask, agg)
+    return aggregate(weighed(per_token, weight), mask, agg)
 
 
-def reinforce(lp, blp, adv, mask, *, ratio_cap=None, agg="token_mean"):
-    """REINFORCE: −sg(w)·A·log π, w = 1 or min(π_θ/π_b, c)."""
-    per_token = {}
-    for i in range(mask.shape[0]):
-        for t in real_tokens(mask, i):
-            w = 1.0 if ratio_cap is None else min(math.exp(float(lp[i, t].detach() - blp[i, t])), ratio_cap)
-            per_token[i, t] = -w * float(adv[i]) * lp[i, t]
-    return aggregate(per_token, mask, agg)
+def reinforce(lp, blp, adv, mask, *, agg="token_mean", weight=None):
+    """REINFORCE: −sg(w)·A·log π (w: the correction's weight, else 1)."""
+    per_token = {(i, t): -float(adv[i]) * lp[i, t] for i in range(mask.shape[0]) for t in real_tokens(mask, i)}
+    return aggregate(weighed(per_token, weight), mask, agg)

@@ -81,6 +81,11 @@ def test_command_line_overrides_and_aliases_reach_the_loss():
     assert (loss.clip_high, loss.regularizers.beta, loss.dual_clip) == (0.28, 0.1, 3.0)
     assert loss_of("sapo", "algorithm.tau_neg=2.0").tau_neg == 2.0
     assert loss_of("gspo", "algorithm.token_level=true").token_level is True
+    loss = loss_of("reinforce", "algorithm.rollout_correction=tis", "algorithm.rollout_cap=3")
+    assert (loss.correction.mode, loss.correction.c) == ("tis", 3.0)
+    seq = loss_of("gspo", "algorithm.loss.rollout_correction=seq_mask").correction
+    assert (seq.mode, seq.c, seq.per_sequence) == ("seq_mask", 1.001, True)  # the mode's own cap when null
+    assert loss_of("grpo").correction.mode == "none"
 
 
 def test_target_swap():

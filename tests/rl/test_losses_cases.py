@@ -115,9 +115,10 @@ def test_reinforce_by_hand():
     # π = [0.5, 0.25], A = 1: token mean of −A·lp = (ln 2 + ln 4)/2 = 1.039721; grad −A/N = −0.5 each
     v, g, _ = run(ReinforceLoss(), [[ln(0.5), ln(0.25)]], [[0, 0]], [[1.0]])
     assert v == pytest.approx(1.039721, abs=1e-6) and g == pytest.approx([-0.5, -0.5])
-    # truncated IS, c = 1.5, r = [2, 1] → w = [1.5, 1] → grad = [−0.75, −0.5]
-    v, g, m = run(ReinforceLoss(ratio_cap=1.5), [[ln(0.5), ln(0.25)]], [[ln(0.25), ln(0.25)]], [[1.0]])
-    assert g == pytest.approx([-0.75, -0.5]) and m["loss/clip_frac_high"] == 0.5
+    # truncated IS, C = 1.5, ρ = π_train/π_gen = [2, 1] → w = [1.5, 1] → grad = [−0.75, −0.5]
+    v, g, m = run(ReinforceLoss(rollout_correction="tis", rollout_cap=1.5), [[ln(0.5), ln(0.25)]],
+                  [[ln(0.25), ln(0.25)]], [[1.0]])
+    assert g == pytest.approx([-0.75, -0.5]) and m["loss/correction_truncated_frac"] == 0.5
 
 
 # ---------------------------------------------------------------------------------------------- edge cases
@@ -129,7 +130,7 @@ LOSSES = {
     "gspo_token": lambda: GSPOLoss(token_level=True),
     "cispo": lambda: CISPOLoss(),
     "sapo": lambda: SAPOLoss(),
-    "reinforce": lambda: ReinforceLoss(ratio_cap=2.0),
+    "reinforce": lambda: ReinforceLoss(rollout_correction="tis", rollout_cap=2.0),
 }
 
 
@@ -245,7 +246,7 @@ def test_non_finite_ref_logprobs_are_rejected():
 def _ctor(name):
     return {"grpo": dict(beta=0.0), "dapo": dict(beta=0.0, loss_agg="token_mean"),
             "dr_grpo": dict(beta=0.0, loss_agg="fixed_horizon", horizon=8), "gspo_token": dict(token_level=True),
-            "reinforce": dict(ratio_cap=2.0)}.get(name, {})
+            "reinforce": dict(rollout_correction="tis", rollout_cap=2.0)}.get(name, {})
 
 
 def test_bad_shapes_and_settings_are_rejected():

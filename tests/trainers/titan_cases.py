@@ -162,7 +162,8 @@ def assert_same_steps(got: list[dict], ref: list[dict], what: str, tol: float = 
     """Loss (and the other step metrics), every gradient and every updated weight within `tol` relative."""
     assert len(got) == len(ref)
     for step, (g, r) in enumerate(zip(got, ref), 1):
-        for key in ("loss/total", "loss/policy", "loss/kl", "loss/entropy", "policy/entropy", "train/grad_norm"):
+        for key in ("loss/total", "loss/policy", "loss/kl", "loss/entropy", "policy/entropy", "train/grad_norm",
+                    "mismatch/logp_diff_abs_mean", "mismatch/kl_k3", "mismatch/ratio_p50", "mismatch/ratio_max"):
             assert abs(g["metrics"][key] - r["metrics"][key]) <= tol * max(abs(r["metrics"][key]), 1e-3), (
                 f"{what} step {step} {key}: {g['metrics'][key]} vs {r['metrics'][key]}"
             )

@@ -24,7 +24,9 @@ padding_mask)` plugs in unchanged) or `(loss, metrics)` with metrics a dict of f
 
 Built-in losses (all return the standard metrics loss/policy, loss/kl, loss/entropy, loss/clip_frac_low,
 loss/clip_frac_high, loss/clip_frac_dual, loss/ratio_mean, loss/ratio_max, loss/token_frac):
-GRPOLoss (GRPO, Dr. GRPO, DAPO, dual clip), GSPOLoss, CISPOLoss, SAPOLoss, ReinforceLoss.
+GRPOLoss (GRPO, Dr. GRPO, DAPO, dual clip), GSPOLoss, CISPOLoss, SAPOLoss, ReinforceLoss. Each takes
+`rollout_correction` (none | tis | mis | seq_mask; GSPO none | seq_mask) and `rollout_cap`: correction.py, which
+adds the loss/correction_* metrics when on.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ Departures from the paper:
 - The paper's general form with a PPO-style token mask M_{i,t} (eq. 6–7) is not implemented.
 - Optional β·KL and entropy bonus (0 in the paper); `loss_agg` other than token_mean is allowed.
 - The loss *value* is −ŵ·A·log π, not a surrogate of the return; only its gradient is meaningful.
+- Optional rollout correction (correction.py). With tis or mis the ratio is taken to the trainer's own logprobs, 1
+  at the step, so ŵ = 1 and the correction's weight replaces it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from forge_exp.rl.losses.correction import RolloutCorrection
 from forge_exp.rl.losses.primitives import (
     Clipped,
     clip_ratio,
@@ -43,9 +46,12 @@ class CISPOLoss(nn.Module):
         entropy_coef: float = 0.0,
         loss_agg: str = "token_mean",
         horizon: int | None = None,
+        rollout_correction: str = "none",
+        rollout_cap: float | None = None,
     ) -> None:
         super().__init__()
         self.clip_low, self.clip_high = clip_low, clip_high
+        self.correction = RolloutCorrection(rollout_correction, rollout_cap)
         self.regularizers, self.agg, self.required_inputs = policy_terms(
             beta, kl_estimator, entropy_coef, loss_agg, horizon
         )
@@ -59,10 +65,11 @@ class CISPOLoss(nn.Module):
         ref_logprobs: torch.Tensor | None = None,  # [B, T]
         entropy: torch.Tensor | None = None,  # [B, T]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x = prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy)
-        ratio = log_ratio(x.logprobs, x.behavior_logprobs).exp()  # [B, T]
+        c = self.correction(prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy))
+        x = c.x
+        ratio = log_ratio(x.logprobs, c.anchor).exp()  # [B, T]
         weight = clip_ratio(ratio, self.clip_low, self.clip_high).detach()  # [B, T], stop-gradient
-        per_token = -weight * x.advantages * x.logprobs  # [B, T]
+        per_token = c.weigh(-weight * x.advantages * x.logprobs)  # [B, T]
         none = torch.zeros_like(x.mask)
         capped = Clipped(
             low=none if self.clip_low is None else ratio.detach() < 1.0 - self.clip_low,
@@ -70,4 +77,5 @@ class CISPOLoss(nn.Module):
             dual=none,
         )
         active = (x.advantages != 0).expand_as(x.mask)
-        return finish(self.agg(per_token, x.mask), x, ratio, capped, self.regularizers, self.agg, active=active)
+        return finish(self.agg(per_token, x.mask), x, ratio, capped, self.regularizers, self.agg, active=active,
+                      extra=c.metrics)

@@ -18,6 +18,7 @@ Departures from the papers:
 - KL uses the clamped estimators of rl/kl.py, and the log-ratio is clamped to ±20 before exp (see primitives).
 - A fully masked row is left out of seq_mean's batch mean (it counts in fixed_horizon's B).
 - Optional entropy bonus (entropy_coef), not in any of the three papers; 0 by default.
+- Optional rollout correction (rollout_correction: none | tis | mis | seq_mask, correction.py); none by default.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from forge_exp.rl.losses.correction import RolloutCorrection
 from forge_exp.rl.losses.primitives import (
     clipped_surrogate,
     finish,
@@ -47,9 +49,12 @@ class GRPOLoss(nn.Module):
         entropy_coef: float = 0.0,
         loss_agg: str = "seq_mean",
         horizon: int | None = None,
+        rollout_correction: str = "none",
+        rollout_cap: float | None = None,
     ) -> None:
         super().__init__()
         self.clip_low, self.clip_high, self.dual_clip = clip_low, clip_high, dual_clip
+        self.correction = RolloutCorrection(rollout_correction, rollout_cap)
         # the trainer reads this (rl.losses.loss_inputs) to know what to compute
         self.regularizers, self.agg, self.required_inputs = policy_terms(
             beta, kl_estimator, entropy_coef, loss_agg, horizon
@@ -64,7 +69,9 @@ class GRPOLoss(nn.Module):
         ref_logprobs: torch.Tensor | None = None,  # [B, T]
         entropy: torch.Tensor | None = None,  # [B, T]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x = prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy)
-        ratio = log_ratio(x.logprobs, x.behavior_logprobs).exp()  # [B, T]
+        c = self.correction(prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy))
+        x = c.x
+        ratio = log_ratio(x.logprobs, c.anchor).exp()  # [B, T]
         per_token, clipped = clipped_surrogate(ratio, x.advantages, self.clip_low, self.clip_high, self.dual_clip)
-        return finish(self.agg(per_token, x.mask), x, ratio, clipped, self.regularizers, self.agg)
+        return finish(self.agg(c.weigh(per_token), x.mask), x, ratio, clipped, self.regularizers, self.agg,
+                      extra=c.metrics)

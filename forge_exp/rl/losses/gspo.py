@@ -18,6 +18,8 @@ Departures from the paper:
   objective is loss_agg = seq_mean (the default). token_mean weights sequences by length.
 - Optional β·KL and entropy bonus (both 0 in the paper), aggregated like the policy term.
 - Clip fractions count tokens (all tokens of a clipped sequence), as the paper's Figure 2 does.
+- Optional rollout correction: none or seq_mask (correction.py). s_i at the step is the geometric-mean ratio that
+  seq_mask bounds; tis and mis weight tokens, which a per-sequence ratio has no place for: refused.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from forge_exp.rl.losses.correction import RolloutCorrection
 from forge_exp.rl.losses.primitives import (
     Clipped,
     clipped_surrogate,
@@ -33,14 +36,8 @@ from forge_exp.rl.losses.primitives import (
     policy_terms,
     prepare_inputs,
     seq_mean,
+    sequence_log_ratio,
 )
-
-
-def sequence_log_ratio(token_log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """1/|y_i| Σ_t log r_{i,t} per row ([B, 1]); 0 for a fully masked row."""
-    # token_log_ratio: [B, T], mask: [B, T] bool
-    m = mask.to(token_log_ratio.dtype)
-    return ((token_log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)  # [B, 1]
 
 
 class GSPOLoss(nn.Module):
@@ -56,9 +53,12 @@ class GSPOLoss(nn.Module):
         entropy_coef: float = 0.0,
         loss_agg: str = "seq_mean",
         horizon: int | None = None,
+        rollout_correction: str = "none",
+        rollout_cap: float | None = None,
     ) -> None:
         super().__init__()
         self.clip_low, self.clip_high, self.token_level = clip_low, clip_high, token_level
+        self.correction = RolloutCorrection(rollout_correction, rollout_cap, per_sequence=True)
         self.regularizers, self.agg, self.required_inputs = policy_terms(
             beta, kl_estimator, entropy_coef, loss_agg, horizon
         )
@@ -72,8 +72,9 @@ class GSPOLoss(nn.Module):
         ref_logprobs: torch.Tensor | None = None,  # [B, T]
         entropy: torch.Tensor | None = None,  # [B, T]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x = prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy)
-        token_lr = log_ratio(x.logprobs, x.behavior_logprobs)  # [B, T]
+        c = self.correction(prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy))
+        x = c.x  # (anchor: the behaviour logprobs, as none and seq_mask keep it)
+        token_lr = log_ratio(x.logprobs, c.anchor)  # [B, T]
         seq_lr = sequence_log_ratio(token_lr, x.mask)  # [B, 1]
         if self.token_level:
             # value s_i on every token, gradient s_i · ∇log π_θ(y_t)
@@ -88,7 +89,8 @@ class GSPOLoss(nn.Module):
         per_seq, clipped = clipped_surrogate(s, x.advantages, self.clip_low, self.clip_high)  # [B, 1] or [B, T]
         per_token = per_seq.expand_as(x.logprobs)  # [B, T]
         clipped = Clipped(*(c.expand_as(x.mask) for c in (clipped.low, clipped.high, clipped.dual)))
-        loss, metrics = finish(self.agg(per_token, x.mask), x, token_lr.exp(), clipped, self.regularizers, self.agg)
+        loss, metrics = finish(self.agg(per_token, x.mask), x, token_lr.exp(), clipped, self.regularizers, self.agg,
+                               extra=c.metrics)
         seq_rows = torch.exp(seq_lr.detach()).expand_as(x.logprobs)  # [B, T]
         metrics["loss/seq_ratio_mean"] = seq_mean(seq_rows, x.mask)
         return loss, metrics

@@ -102,6 +102,13 @@ def log_ratio(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor) -> torch.
     return (logprobs - behavior_logprobs).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)  # [B, T]
 
 
+def sequence_log_ratio(token_log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """1/|y_i| Σ_t log r_{i,t} per row ([B, 1]): the log of the geometric-mean ratio; 0 for a fully masked row."""
+    # token_log_ratio: [B, T], mask: [B, T] bool
+    m = mask.to(token_log_ratio.dtype)
+    return ((token_log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)  # [B, 1]
+
+
 def clip_ratio(ratio: torch.Tensor, clip_low: float | None, clip_high: float | None) -> torch.Tensor:
     """clip(r, 1 − ε_low, 1 + ε_high); a None bound is no bound."""
     lo = None if clip_low is None else 1.0 - clip_low
@@ -259,8 +266,9 @@ def finish(
     regularizers: Regularizers,
     agg: Aggregation,
     active: torch.Tensor | None = None,  # [B, T] bool, tokens with a policy gradient; default: A ≠ 0 and not clipped
+    extra: dict[str, torch.Tensor] | None = None,  # the family's own metrics (a rollout correction's)
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Add KL and entropy terms to the policy term and build the standard metrics.
+    """Add KL and entropy terms to the policy term and build the standard metrics (and `extra`).
 
     loss/kl and loss/entropy are the aggregated raw values (before β / entropy_coef). loss/token_frac is the
     fraction of real tokens that carry a policy gradient: advantage ≠ 0 and not cut off by a clip.
@@ -283,5 +291,6 @@ def finish(
         "loss/ratio_mean": token_mean(r, mask),
         "loss/ratio_max": torch.where(mask, r, torch.zeros((), dtype=r.dtype, device=r.device)).max(),
         "loss/token_frac": frac(active, mask),
+        **(extra or {}),
     }
     return policy_loss + term, metrics

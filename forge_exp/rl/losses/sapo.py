@@ -16,6 +16,8 @@ Departures from the paper:
 - `loss_agg` is configurable; seq_mean (the default) is the paper's 1/G Σ_i 1/|y_i| Σ_t.
 - Optional β·KL and entropy bonus (not in the paper).
 - No hard clip, so loss/clip_frac_* are 0; loss/sapo_gate_mean reports the mean gradient weight 4σ(1−σ).
+- Optional rollout correction (correction.py). With tis or mis the ratio is taken to the trainer's own logprobs, 1
+  at the step, where the gate's gradient weight is 1: the correction's weight replaces it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from forge_exp.rl.losses.correction import RolloutCorrection
 from forge_exp.rl.losses.primitives import finish, log_ratio, policy_terms, prepare_inputs, token_mean
 
 
@@ -51,9 +54,12 @@ class SAPOLoss(nn.Module):
         entropy_coef: float = 0.0,
         loss_agg: str = "seq_mean",
         horizon: int | None = None,
+        rollout_correction: str = "none",
+        rollout_cap: float | None = None,
     ) -> None:
         super().__init__()
         self.tau_pos, self.tau_neg = float(tau_pos), float(tau_neg)
+        self.correction = RolloutCorrection(rollout_correction, rollout_cap)
         self.regularizers, self.agg, self.required_inputs = policy_terms(
             beta, kl_estimator, entropy_coef, loss_agg, horizon
         )
@@ -67,10 +73,12 @@ class SAPOLoss(nn.Module):
         ref_logprobs: torch.Tensor | None = None,  # [B, T]
         entropy: torch.Tensor | None = None,  # [B, T]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x = prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy)
-        ratio = log_ratio(x.logprobs, x.behavior_logprobs).exp()  # [B, T]
-        per_token = -soft_gate(ratio, x.advantages, self.tau_pos, self.tau_neg) * x.advantages  # [B, T]
-        loss, metrics = finish(self.agg(per_token, x.mask), x, ratio, None, self.regularizers, self.agg)
+        c = self.correction(prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy))
+        x = c.x
+        ratio = log_ratio(x.logprobs, c.anchor).exp()  # [B, T]
+        per_token = c.weigh(-soft_gate(ratio, x.advantages, self.tau_pos, self.tau_neg) * x.advantages)  # [B, T]
+        loss, metrics = finish(self.agg(per_token, x.mask), x, ratio, None, self.regularizers, self.agg,
+                               extra=c.metrics)
         with torch.no_grad():
             tau = _temperature(x.advantages, self.tau_pos, self.tau_neg, ratio.dtype)  # [B, 1] or [B, T]
             sig = torch.sigmoid(tau * (ratio - 1.0))  # [B, T]

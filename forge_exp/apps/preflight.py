@@ -92,7 +92,7 @@ def probe_loss(loss, available: set[str]) -> None:
     finite scalar that depends on the policy's logprobs (a per-token vector, a NaN, a constant fail here)."""
     import torch
 
-    from forge_exp.rl.losses import _describe, call_loss
+    from forge_exp.rl.losses import describe_loss, call_loss
 
     g = torch.Generator().manual_seed(0)
     logprobs = (-torch.rand(2, 3, generator=g) - 0.1).requires_grad_()  # [B, T]
@@ -104,7 +104,7 @@ def probe_loss(loss, available: set[str]) -> None:
         "entropy": torch.rand(2, 3, generator=g).requires_grad_(),  # [B, T]
         "ref_logprobs": logprobs.detach() - 0.1 if "ref_logprobs" in available else None,  # [B, T]
     }
-    name = f"algorithm.loss ({_describe(loss)})"
+    name = f"algorithm.loss ({describe_loss(loss)})"
     try:
         value, _ = call_loss(loss, **inputs)
     except ValueError:

@@ -95,16 +95,22 @@ def write_manifest(directory: str | Path) -> None:
     root = Path(directory)
     files = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST):
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 23):
-                digest.update(chunk)
-            os.fsync(f.fileno())  # on disk before the manifest says so (a rename is not a flush)
-        files[str(path.relative_to(root))] = {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+        files[str(path.relative_to(root))] = {"size": path.stat().st_size, "sha256": _sha256(path, flush=True)}
     with open(root / MANIFEST, "w") as f:
         json.dump({"files": files}, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _sha256(path: Path, flush: bool = False) -> str:
+    """The file's sha256, read in 8 MiB chunks; flush=True also puts it on disk (a rename is not a flush)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 23):
+            digest.update(chunk)
+        if flush:
+            os.fsync(f.fileno())
+    return digest.hexdigest()
 
 
 def verify_manifest(directory: str | Path) -> str | None:
@@ -123,11 +129,7 @@ def verify_manifest(directory: str | Path) -> str | None:
             return f"{name} is missing"
         if path.stat().st_size != want["size"]:
             return f"{name} has {path.stat().st_size} bytes, the manifest says {want['size']}"
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 23):
-                digest.update(chunk)
-        if digest.hexdigest() != want["sha256"]:
+        if _sha256(path) != want["sha256"]:
             return f"{name} differs from what was written (sha256)"
     return None
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from forge_exp.models.logprobs import sequence_logprobs
-from forge_exp.rl.losses import _describe, call_loss
+from forge_exp.rl.losses import describe_loss, call_loss
 from forge_exp.rl.mismatch import mismatch_metrics
 from forge_exp.rl.types import TrainBatch
 
@@ -73,7 +73,7 @@ def check_finite_loss(total: float, loss, optimizer: torch.optim.Optimizer, hint
     skipped (weights and optimizer state unchanged) and FloatingPointError names the loss."""
     if not math.isfinite(total):
         optimizer.zero_grad(set_to_none=True)
-        raise FloatingPointError(f"algorithm.loss ({_describe(loss)}) is {total} on this step's batch: the step was "
+        raise FloatingPointError(f"algorithm.loss ({describe_loss(loss)}) is {total} on this step's batch: the step was "
                                  f"skipped so the weights stay finite ({hint})")
 
 

@@ -72,7 +72,7 @@ def _canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def _describe(loss: Any) -> str:
+def describe_loss(loss: Any) -> str:
     t = loss if inspect.isfunction(loss) else type(loss)
     return f"{t.__module__}.{t.__qualname__}"
 
@@ -82,7 +82,7 @@ def _signature(loss: Any) -> inspect.Signature:
     try:
         return inspect.signature(fn)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"cannot read the forward signature of loss {_describe(loss)}: {e}") from e
+        raise ValueError(f"cannot read the forward signature of loss {describe_loss(loss)}: {e}") from e
 
 
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -104,16 +104,16 @@ def check_loss_inputs(loss: Any, available: set[str], key: str = "algorithm.loss
     sig = _signature(loss)
     for p in sig.parameters.values():
         if p.kind is inspect.Parameter.POSITIONAL_ONLY and p.default is inspect.Parameter.empty:
-            raise ValueError(f"{key} ({_describe(loss)}) takes '{p.name}' positionally only; inputs are passed by name")
+            raise ValueError(f"{key} ({describe_loss(loss)}) takes '{p.name}' positionally only; inputs are passed by name")
     required = loss_inputs(loss)
     for name in sorted(required):
         if name not in LOSS_INPUTS:
             raise ValueError(
-                f"{key} ({_describe(loss)}) asks for '{name}', which is not a loss input; "
+                f"{key} ({describe_loss(loss)}) asks for '{name}', which is not a loss input; "
                 f"a loss may take only {sorted(LOSS_INPUTS)} (alias old_logprobs)"
             )
         if name not in available:
-            raise ValueError(f"{key} ({_describe(loss)}) asks for {name}, which {LOSS_INPUTS[name]}")
+            raise ValueError(f"{key} ({describe_loss(loss)}) asks for {name}, which {LOSS_INPUTS[name]}")
     return required
 
 
@@ -134,6 +134,6 @@ def call_loss(loss: Any, **available: torch.Tensor | None) -> tuple[torch.Tensor
     if not isinstance(value, torch.Tensor) or value.dim() != 0:
         shape = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
         raise ValueError(
-            f"algorithm.loss ({_describe(loss)}) returned {shape}; a loss returns a scalar tensor or (scalar, metrics)"
+            f"algorithm.loss ({describe_loss(loss)}) returned {shape}; a loss returns a scalar tensor or (scalar, metrics)"
         )
     return value, metrics

@@ -142,23 +142,76 @@ def run_hf(model, prompts, new: int, compiled: bool) -> dict:
     return {"seconds": seconds, "warmup_seconds": setup, "tokens": (out.shape[1] - ids.shape[1]) * ids.shape[0]}
 
 
+_VLLM: dict = {}  # one vLLM engine serves both shapes: its start (torch.compile, CUDA graph capture) is paid once
+
+
+def vllm_engine(model):
+    """forge-exp's vLLM backend (generators/vllm.py), the engine `generator=vllm` runs, on `model`'s weights."""
+    if not _VLLM:
+        import tempfile
+
+        from forge_exp.generators.vllm import VllmEngine
+        from forge_exp.models.hf import ModelSpec
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
+        from make_model import build_tokenizer
+
+        tmp = tempfile.mkdtemp(prefix="generation-vllm-")
+        model.save_pretrained(tmp)
+        build_tokenizer().save_pretrained(tmp)
+        t0 = time.perf_counter()
+        engine = VllmEngine(ModelSpec(path=tmp, dtype="bfloat16"), "cuda", seed=0, gpu_memory_utilization=0.45,
+                            max_model_len=max(p + n for _, p, n in SHAPES), max_num_seqs=max(b for b, _, _ in SHAPES))
+        _VLLM.update(engine=engine, dir=tmp, start_seconds=time.perf_counter() - t0)
+    return _VLLM["engine"]
+
+
+def close_vllm() -> None:
+    if _VLLM:
+        import shutil
+
+        _VLLM.pop("engine").close()
+        shutil.rmtree(_VLLM.pop("dir"), ignore_errors=True)
+
+
 def run_vllm(model, prompts, new: int) -> dict:
     try:
         import vllm
     except ImportError:
         return {"status": "not importable"}
-    import tempfile
+    engine = vllm_engine(model)
+    _, setup = timed(lambda: asyncio.run(engine.generate(prompts, Sampling(max_new_tokens=17, seed=1))))
+    out, seconds = timed(lambda: asyncio.run(engine.generate(prompts, Sampling(max_new_tokens=new, seed=2))))
+    return {"seconds": seconds, "warmup_seconds": setup, "start_seconds": _VLLM["start_seconds"],
+            "tokens": sum(len(g[0].token_ids) for g in out), "version": vllm.__version__,
+            "features": engine.features._asdict(),
+            "logprob_check": logprob_check(model, prompts[:4], [g[0] for g in out[:4]])}
 
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp)
-        llm = vllm.LLM(model=tmp, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=len(prompts[0]) + new,
-                       gpu_memory_utilization=0.5, seed=0)
-        params = vllm.SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new, ignore_eos=True)
-        inputs = [{"prompt_token_ids": p} for p in prompts]
-        llm.generate(inputs[:2], vllm.SamplingParams(max_tokens=4, ignore_eos=True))
-        out, seconds = timed(lambda: llm.generate(inputs, params))
-        tokens = sum(len(o.outputs[0].token_ids) for o in out)
-        return {"seconds": seconds, "tokens": tokens, "version": vllm.__version__}
+
+@torch.no_grad()
+def vllm_sync(model, prompts, repeats: int = 5) -> dict:
+    """Seconds to push the whole model into the vLLM engine (`load_weights` from CUDA tensors: IPC handles, pause,
+    reload, reset, resume), and a check that the pushed weights are the ones that then sample: the model's MLPs
+    scaled, the engine's logprobs compared before the push (stale weights: far apart) and after (bf16-close)."""
+    engine = vllm_engine(model)
+    params = [(n, p.detach()) for n, p in model.named_parameters()]
+    seconds = sorted(timed(lambda: engine.load_weights(params))[1] for _ in range(repeats))
+    for layer in model.model.layers:
+        layer.mlp.down_proj.weight.mul_(4.0)
+
+    def check() -> dict:
+        out = asyncio.run(engine.generate(prompts[:4], Sampling(max_new_tokens=32, seed=3)))
+        return logprob_check(model, prompts[:4], [g[0] for g in out])
+
+    stale = check()
+    engine.load_weights(params)
+    fresh = check()
+    for layer in model.model.layers:
+        layer.mlp.down_proj.weight.mul_(0.25)
+    engine.load_weights(params)
+    return {"engine": "vllm_sync", "seconds_median": seconds[len(seconds) // 2], "seconds_all": seconds,
+            "bytes": sum(p.numel() * p.element_size() for _, p in params), "tensors": len(params),
+            "before_push": stale, "after_push": fresh}
 
 
 def checks(device: str) -> dict:
@@ -397,6 +450,13 @@ def gpu(args) -> dict:
             runs.append(row)
             print(json.dumps(row), flush=True)
         result.setdefault("floors", {})[f"{batch}x{prompt}->{new}"] = floor
+    if _VLLM:
+        try:
+            runs.append(vllm_sync(model, prompts))
+        except Exception as error:
+            runs.append({"engine": "vllm_sync", "status": f"failed: {type(error).__name__}: {error}"[:600]})
+        print(json.dumps(runs[-1]), flush=True)
+        close_vllm()
     result["runs"] = runs
     result["wall_seconds"] = time.perf_counter() - t_start
     return result

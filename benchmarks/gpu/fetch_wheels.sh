@@ -8,6 +8,7 @@
 #   bash benchmarks/gpu/fetch_wheels.sh                       # requirements-gpu.txt → .whl/p1 .. p3
 #   bash benchmarks/gpu/fetch_wheels.sh benchmarks/gpu/requirements-real.txt "$(bash launchers/fetch_smollm2.sh)"
 #                                                             # + the real-model benchmark's wheels and model file
+#   bash benchmarks/gpu/fetch_wheels.sh benchmarks/gpu/requirements-vllm.txt   # + vLLM 0.26 (generator=vllm)
 # Arguments: more requirement files (*.txt), and files to carry as they are (anything else). A requirement marked
 # `# sdist` has no wheel on PyPI: it is built here (`pip wheel`; with $PY312, a Python 3.12, where it compiles C).
 set -euo pipefail
@@ -27,9 +28,12 @@ cat "${REQS[@]}" | grep -v -E '^(#|$)' | sed 's/ *#.*//' | sort -u > .whl/reqs.t
 cat "${REQS[@]}" | grep -v '^#' | grep -E '# *sdist' | sed 's/ *#.*//' > .whl/sdists.txt || true
 grep -v -x -F -f .whl/sdists.txt .whl/reqs.txt > .whl/binary.txt || true
 $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_35_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_31_x86_64 \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
+  --platform manylinux_2_24_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
   --platform manylinux_2_5_x86_64 -d "$DL" -r .whl/binary.txt
+for wheel in "$DL"/vllm-*.whl; do [ -f "$wheel" ] && python3 "$HERE/slim_vllm.py" "$wheel"; done
 while read -r sdist; do  # pure Python ones build anywhere; one with C (pycosat) needs the target's Python, 3.12
   if "$PY312" --version >/dev/null 2>&1; then "$PY312" -m pip wheel -q --no-deps -w "$DL" "$sdist"
   else $PIP wheel -q --no-deps -w "$DL" "$sdist"; fi

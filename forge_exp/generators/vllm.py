@@ -15,7 +15,14 @@ In-flight weight updates (`load_weights`): pause the scheduler with the requests
 drained ("wait"), reload the weights in place by HF name in every worker, drop the prefix cache and recompute the
 KV of the frozen requests (so every token after the swap is sampled from the new weights alone), stamp the new
 version, resume. vLLM records per-token weight-version spans; `generate_versioned` returns them, so a caller knows
-which version sampled which tokens of a completion.
+which version sampled which tokens of a completion. CUDA tensors reach the workers as CUDA IPC handles (the
+worker maps the sender's memory and copies from it: no bytes in the message); CPU tensors travel as bytes.
+
+vLLM releases before 0.32 (the GPU build that runs on torch 2.11 is 0.26) lack three things this engine uses where
+they exist (`_Features`): per-token weight-version spans, the engine-side version stamp, and `tokens_input`. There a
+completion's one span carries the version that was serving when it was submitted: with inflight_update=keep, a
+completion that straddled an update is stamped with the older version, so the policy age a replay buffer bounds
+is overstated, never understated.
 
 The engine runs on its own event loop in a daemon thread: the AsyncLLM's output handler must keep running while a
 caller blocks in the synchronous `load_weights`, and callers may live on any loop.
@@ -40,7 +47,7 @@ from forge_exp.generators.base import Generation, Sampling
 from forge_exp.generators.vllm_lora import VllmAdapters
 from forge_exp.generators.vllm_options import VllmOptions
 from forge_exp.models.lora import adapter_layout
-from forge_exp.generators.vllm_worker import pack
+from forge_exp.generators.vllm_worker import pack, share
 
 INSTALL_HINT = (
     "generator=vllm needs vLLM: `pip install 'forge-exp[vllm]'` on a GPU machine, or "
@@ -62,6 +69,20 @@ class Versioned(NamedTuple):
     def oldest_version(self) -> int:
         """The policy age a replay buffer should use: the oldest weights that contributed a token."""
         return min(s.version for s in self.spans) if self.spans else -1
+
+
+class _Features(NamedTuple):
+    """What this vLLM release offers of the API the engine uses (feature-detected: docs/generators.md)."""
+
+    weight_versions: bool  # AsyncLLM.update_weight_version and CompletionOutput.weight_versions (vLLM >= 0.32)
+    tokens_input: bool  # vllm.inputs.tokens_input (else the TokensPrompt dict)
+
+    @classmethod
+    def detect(cls) -> "_Features":
+        import vllm.inputs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return cls(hasattr(AsyncLLM, "update_weight_version"), hasattr(vllm.inputs, "tokens_input"))
 
 
 class VllmEngine:
@@ -146,8 +167,10 @@ class VllmEngine:
     async def _start(self, args):
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        self.features = _Features.detect()
         engine = AsyncLLM.from_engine_args(args)
-        await engine.update_weight_version(str(self.version))
+        if self.features.weight_versions:
+            await engine.update_weight_version(str(self.version))
         return engine
 
     def _run(self, coro):
@@ -201,20 +224,27 @@ class VllmEngine:
         )
 
     async def _one(self, prompt: list[int], params, seed: int | None = None) -> list[Versioned]:
-        from vllm.inputs import tokens_input
-
         # the engine loop is one thread: no lock needed for the engine's own stream
         params.seed = seed if seed is not None else self._seeds.getrandbits(48)
         adapters = self._adapters
-        lora, version = (adapters.request, adapters.version) if adapters else (None, None)
+        lora, version = (adapters.request, adapters.version) if adapters else (None, self.version)
         final = None
-        async for out in self._engine.generate(tokens_input(prompt), params, request_id=f"r{next(self._ids)}",
+        async for out in self._engine.generate(self._tokens(prompt), params, request_id=f"r{next(self._ids)}",
                                                lora_request=lora):
             final = out
         outs = [self._versioned(c) for c in sorted(final.outputs, key=lambda c: c.index)]
-        if adapters:  # every token from the adapter the request was sent with
+        if adapters or not self.features.weight_versions:
+            # every token from the adapter the request was sent with; or, without vLLM's spans, the version serving
+            # when the request was sent (the older one, if an update came while it ran)
             outs = [Versioned(v.generation, (VersionSpan(version, 0, len(v.generation.token_ids)),)) for v in outs]
         return outs
+
+    def _tokens(self, prompt: list[int]):
+        if self.features.tokens_input:
+            from vllm.inputs import tokens_input
+
+            return tokens_input(prompt)
+        return {"prompt_token_ids": prompt}
 
     def _versioned(self, c) -> Versioned:
         eos = self.tokenizer.eos_token_id
@@ -227,12 +257,15 @@ class VllmEngine:
         token_ids = list(c.token_ids)
         # logprobs=0 still returns the sampled token's entry, keyed by its id, at every position
         logprobs = [step[t].logprob for step, t in zip(c.logprobs, token_ids)]
-        spans = tuple(VersionSpan(int(s.version), s.start, s.end) for s in c.weight_versions or ())
+        spans = tuple(VersionSpan(int(s.version), s.start, s.end) for s in getattr(c, "weight_versions", None) or ())
         return Versioned(Generation(token_ids, logprobs, stop), spans)
 
     def in_flight(self) -> int:
         """Requests the engine holds now, from every caller (a gauge for metrics; tests use it to see batching)."""
-        return self._engine.get_num_unfinished_requests()
+        engine = self._engine
+        if hasattr(engine, "get_num_unfinished_requests"):
+            return engine.get_num_unfinished_requests()
+        return engine.output_processor.get_num_unfinished_requests()  # vLLM < 0.32
 
     # ---- weights ------------------------------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> int:
@@ -250,8 +283,12 @@ class VllmEngine:
             weights.append(("lm_head.weight", dict(weights)["model.embed_tokens.weight"]))
         with self._update_lock:
             new = self.version + 1 if version is None else int(version)
-            # packed before the pause, so requests in flight wait only for the reload itself
-            self._run(self._swap(pack(weights), new))
+            # packed before the pause, so requests in flight wait only for the reload itself; CUDA tensors go as
+            # IPC handles, and stay referenced here until every worker has copied from them
+            if weights and weights[0][1].is_cuda:
+                self._run(self._swap("forge_exp_load_shared", share(weights), new))
+            else:
+                self._run(self._swap("forge_exp_load_weights", pack(weights), new))
             self.version = new
             return new
 
@@ -265,16 +302,17 @@ class VllmEngine:
             self.version = new
             return new
 
-    async def _swap(self, packed: list, version: int) -> None:
+    async def _swap(self, method: str, payload, version: int) -> None:
         engine = self._engine
         await engine.pause_generation(mode=self.options.inflight_update, clear_cache=False)
         try:
-            await engine.collective_rpc("forge_exp_load_weights", args=(packed,))
+            await engine.collective_rpc(method, args=(payload,))
             # Running requests are preempted too: their KV was computed by the old weights, and is recomputed on
             # resume, so the tokens sampled after the swap come from the new weights alone.
             if not await engine.reset_prefix_cache(reset_running_requests=True):
                 raise RuntimeError("vLLM could not reset its prefix cache after a weight update")
-            await engine.update_weight_version(str(version))
+            if self.features.weight_versions:
+                await engine.update_weight_version(str(version))
         finally:
             await engine.resume_generation()
 

@@ -3,20 +3,24 @@
 
 Why not pass tensors to `collective_rpc("reload_weights", ...)` directly: vLLM's RPC decodes tensors in untyped
 arguments into raw (dtype, shape, memoryview) triples in the engine process, which then cannot be pickled on to
-the workers ("cannot pickle memoryview objects"). Tensors therefore travel as plain bytes with their dtype and shape
-(`pack`), and each worker rebuilds them and reloads in place by HF name; vLLM's loader maps the names onto its
-fused and sharded parameters (qkv_proj, gate_up_proj, the tensor-parallel shard of each rank).
+the workers ("cannot pickle memoryview objects"). CPU tensors therefore travel as plain bytes with their dtype and
+shape (`pack`); CUDA tensors travel as CUDA IPC handles (`share`: torch's own reductions, a few hundred bytes a
+tensor), which each worker opens to read the sender's memory in place, GPU to GPU. Either way each worker reloads
+in place by HF name; vLLM's loader maps the names onto its fused and sharded parameters (qkv_proj, gate_up_proj,
+the tensor-parallel shard of each rank) and casts to its dtype.
 
 Imports only torch: vLLM imports this module in each worker.
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterable
 
 import torch
 
 Packed = tuple[str, str, list[int], bytes]  # (HF name, torch dtype name, shape, raw bytes)
+Shared = tuple[str, bytes]  # (HF name, pickled arguments of torch's rebuild_cuda_tensor)
 
 
 def pack(weights: Iterable[tuple[str, torch.Tensor]]) -> list[Packed]:
@@ -35,6 +39,32 @@ def unpack(packed: Iterable[Packed]) -> Iterable[tuple[str, torch.Tensor]]:
         yield name, flat.view(getattr(torch, dtype)).reshape(shape)
 
 
+def share(weights: Iterable[tuple[str, torch.Tensor]]) -> list[Shared]:
+    """CUDA IPC handles of contiguous CUDA tensors. The caller keeps the tensors alive (and unchanged) until every
+    receiver has loaded them. Their writes are finished first: a receiver reads on its own stream."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    weights = list(weights)
+    torch.cuda.synchronize()
+    out = []
+    for name, t in weights:
+        if not t.is_contiguous():
+            raise ValueError(f"share: {name} is not contiguous (a copy would be freed before the receiver reads it)")
+        _, args = reduce_tensor(t.detach())
+        out.append((name, pickle.dumps(args)))
+    return out
+
+
+def opened(shared: Iterable[Shared], device: torch.device) -> Iterable[tuple[str, torch.Tensor]]:
+    """The tensors behind `share`'s handles, mapped on `device` (this process's index of the same GPU)."""
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    for name, blob in shared:
+        args = list(pickle.loads(blob))
+        args[6] = device.index  # reduce_tensor's device: the sender's index, ours may differ
+        yield name, rebuild_cuda_tensor(*args)
+
+
 class WeightLoader:
     """Worker mix-in. `self` is a vLLM Worker (it has `reload_weights`)."""
 
@@ -42,3 +72,9 @@ class WeightLoader:
         """Reload the model in place from packed HF-named tensors; returns how many tensors it received."""
         self.reload_weights(weights_iterator=unpack(packed))
         return len(packed)
+
+    def forge_exp_load_shared(self, shared: list[Shared]) -> int:
+        """As forge_exp_load_weights, from CUDA IPC handles (`share`) of tensors on this worker's GPU."""
+        self.reload_weights(weights_iterator=opened(shared, self.device))
+        torch.cuda.synchronize(self.device)  # done reading the sender's memory before it may change
+        return len(shared)

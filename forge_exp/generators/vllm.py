@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import itertools
+import os
 import random
 import shutil
 import sys
@@ -98,6 +99,10 @@ class VllmEngine:
     def __init__(self, model, device: str = "cpu", seed: int = 0, **knobs) -> None:
         """`model`: a `forge_exp.models.hf.ModelSpec` (what conf/model/ builds)."""
         self.options = VllmOptions.from_knobs(**knobs)
+        if importlib.util.find_spec("flashinfer") is None:
+            # vLLM 0.26's GPU sampler imports FlashInfer's attention backend just to ask whether to sample top-k/top-p
+            # with it, and fails to start without FlashInfer; this engine never samples with top-k/top-p
+            os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         try:
             import vllm  # noqa: F401
         except ImportError as e:

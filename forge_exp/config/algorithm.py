@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from forge_exp.config.checks import FieldError, at_least, finite, positive, within
-from forge_exp.config.enums import Advantage, KLEstimator, LossAgg, RolloutCorrection
+from forge_exp.checks import FieldError, at_least, finite, positive, within
+from forge_exp.choices import Advantage, KLEstimator, LossAgg, RolloutCorrection
 
 
 # ---------------------------------------------------------------------------------------------- losses

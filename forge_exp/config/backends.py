@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, List, Optional
 
-from forge_exp.config.checks import at_least, within
-from forge_exp.config.enums import AttentionBackend, Checkpointing, DType, InflightUpdate
+from forge_exp.checks import at_least, within
+from forge_exp.choices import AttentionBackend, Checkpointing, DType, InflightUpdate
 
 
 @dataclass

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from forge_exp import choices
-from forge_exp.config.checks import FieldError, at_least, seed, within
-from forge_exp.config.enums import Attention, ModelDType
+from forge_exp.checks import FieldError, at_least, seed, within
+from forge_exp.choices import Attention, ModelDType
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from forge_exp.config.checks import FieldError, at_least, seed, within
+from forge_exp.checks import FieldError, at_least, seed, within
 from forge_exp.config.reward import RewardConfig
 from forge_exp.config.services import ParallelismConfig, ServicesConfig
 

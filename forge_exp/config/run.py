@@ -73,7 +73,7 @@ class ForgeConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: Any = None  # config/algorithm.py
     trainer: Any = None  # config/backends.py
-    generator: Any = None  # config/backends.py
+    generator: Any = None  # generators/options.py
     env: Any = None  # config/env.py
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     services: ServicesConfig = field(default_factory=ServicesConfig)

@@ -5,7 +5,7 @@ list (`- /schema/model/tiny@_here_`). The schema groups are not options of the g
 
 from hydra.core.config_store import ConfigStore
 
-from forge_exp.config.algorithm import ALGORITHM_SCHEMAS, LOSS_SCHEMAS
+from forge_exp.config.algorithm import ALGORITHM_SCHEMAS, LOSS_SCHEMAS, loss_node
 from forge_exp.config.backends import TitanTrainerConfig, TrainerBackend
 from forge_exp.config.cluster import CLUSTER_SCHEMAS
 from forge_exp.config.dataset import DATASET_SCHEMAS
@@ -32,4 +32,4 @@ def register() -> None:
     cs.store(name="forge_schema", node=ForgeConfig)
     for group, schemas in SCHEMAS.items():
         for name, node in schemas.items():
-            cs.store(group=f"schema/{group}", name=name, node=node)
+            cs.store(group=f"schema/{group}", name=name, node=loss_node(node) if group == "loss" else node)

@@ -77,7 +77,8 @@ class VllmOptions(EngineOptions):
     # KV cache size in GiB; null: on GPU, what gpu_memory_utilization leaves; on CPU, 1 GiB (vLLM's CPU build would
     # otherwise reserve gpu_memory_utilization of all RAM, which a shared machine rarely has free)
     kv_cache_gib: Optional[float] = None
-    enforce_eager: Optional[bool] = None  # null: eager on CPU (its build has no Triton to compile with), CUDA graphs on GPU
+    # null: eager on CPU (its build has no Triton to compile with), CUDA graphs on GPU
+    enforce_eager: Optional[bool] = None
     # null: in a run, the dataset's prompt budget + max_new_tokens; an engine built alone: the model's
     # max_position_embeddings (vLLM's own default)
     max_model_len: Optional[int] = None

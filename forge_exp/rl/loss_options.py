@@ -69,8 +69,9 @@ class GSPOOptions(PolicyOptions):
         super().__post_init__()
         check_clip(self.clip_low, self.clip_high)
         if self.rollout_correction in ("tis", "mis"):
-            raise FieldError("rollout_correction", f"must be none or seq_mask for GSPO, got "
-                             f"{RolloutCorrection(self.rollout_correction).value}: its ratio is per sequence, and tis/mis weight tokens")
+            mode = RolloutCorrection(self.rollout_correction).value
+            raise FieldError("rollout_correction", f"must be none or seq_mask for GSPO, got {mode}: its ratio is per "
+                                                   f"sequence, and tis/mis weight tokens")
 
 
 @dataclass

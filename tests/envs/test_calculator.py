@@ -12,7 +12,8 @@ def call(expr, name="calculator"):
 def test_tool_call_then_answer():
     env = CalculatorEnv(system_prompt=SYSTEM_PROMPT)
     opening = env.reset(PROBLEM)
-    assert opening[0] == {"role": "system", "content": SYSTEM_PROMPT} and opening[-1] == {"role": "user", "content": "12*34="}
+    assert opening[0] == {"role": "system", "content": SYSTEM_PROMPT}
+    assert opening[-1] == {"role": "user", "content": "12*34="}
     r = env.step(call("12*34"))
     assert not r.done and r.messages == [{"role": "tool", "name": "calculator", "tool_call_id": "c0", "content": "408"}]
     r = env.step(AssistantMessage(content="408"))

@@ -66,7 +66,8 @@ def test_yaml_loads_builds_and_runs(name):
 
 def test_paper_settings_reach_the_losses():
     dapo = loss_of("dapo")
-    assert (dapo.options.clip_low, dapo.options.clip_high, dapo.agg.mode, dapo.regularizers.beta) == (0.2, 0.28, "token_mean", 0.0)
+    assert (dapo.options.clip_low, dapo.options.clip_high) == (0.2, 0.28)
+    assert (dapo.agg.mode, dapo.regularizers.beta) == ("token_mean", 0.0)
     dr = loss_of("dr_grpo")
     assert (dr.agg.mode, dr.agg.horizon) == ("fixed_horizon", 256) and load("dr_grpo").advantage.value == "mean"
     grpo = loss_of("grpo")

@@ -30,7 +30,7 @@ class PolicyLoss(nn.Module):
     """`Family(**knobs)`: the knobs are the family's `schema` fields (defaults and range checks there)."""
 
     schema: ClassVar[type[PolicyOptions]]
-    per_sequence: ClassVar[bool] = False  # the family's ratio is per sequence (GSPO): rollout correction none | seq_mask
+    per_sequence: ClassVar[bool] = False  # its ratio is per sequence (GSPO): rollout correction none | seq_mask
 
     def __init__(self, **knobs) -> None:
         super().__init__()
@@ -42,6 +42,8 @@ class PolicyLoss(nn.Module):
         )
 
     def term(self, c: Corrected) -> Term:
+        """The family's own part: its per-token policy term on the corrected inputs `c.x`, its ratio taken against
+        `c.anchor` (the behaviour logprobs, or the trainer's own under tis / mis)."""
         raise NotImplementedError
 
     def forward(
@@ -53,7 +55,8 @@ class PolicyLoss(nn.Module):
         ref_logprobs: torch.Tensor | None = None,  # [B, T]
         entropy: torch.Tensor | None = None,  # [B, T]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        c = self.correction(prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy))
+        x = prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy)
+        c = self.correction(x)
         t = self.term(c)
         loss, metrics = finish(self.agg(c.weigh(t.per_token), c.x.mask), c.x, t.ratio, t.clipped, self.regularizers,
                                self.agg, active=t.active, extra=c.metrics)

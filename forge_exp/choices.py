@@ -1,6 +1,12 @@
 """Every set of named choices a config field can take, defined once. The pure layers dispatch on these names
 (rl/kl.py, rl/advantages.py, ...), the schemas in config/ type their fields with them; nothing heavy is imported
-here, so the CLI can check a config before torch loads."""
+here, so the CLI can check a config before torch loads.
+
+Each tuple also has an Enum (below) that typed config fields use, so OmegaConf rejects a wrong choice and names the
+allowed ones. Its members are str: `KLEstimator.k3 == "k3"`, so code that dispatches on the plain names takes either.
+"""
+
+from enum import Enum
 
 KL_ESTIMATORS = ("k1", "k2", "k3")  # rl/kl.py (Schulman 2020)
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "fixed_horizon")  # rl/losses/primitives.py
@@ -27,3 +33,24 @@ ALPHABET = "0123456789+-*/= "
 # The tool-using tiny model's extra characters (envs/formats.py, TinyToolFormat): `[expr]` is a calculator call,
 # `(result)` the tool's reply, `?` an error. Kept out of ALPHABET so the default experiment's vocabulary stays.
 TOOL_ALPHABET = ALPHABET + "[]()?"
+
+
+def _enum(name: str, values: tuple[str, ...]) -> type[Enum]:
+    # member names are the values (OmegaConf matches YAML strings by name); bound in this module so members pickle
+    return Enum(name, {v: v for v in values}, type=str, module=__name__)
+
+
+KLEstimator = _enum("KLEstimator", KL_ESTIMATORS)
+LossAgg = _enum("LossAgg", LOSS_AGGREGATIONS)
+Advantage = _enum("Advantage", ADVANTAGES)
+RolloutCorrection = _enum("RolloutCorrection", ROLLOUT_CORRECTIONS)
+TargetFormat = _enum("TargetFormat", TARGET_FORMATS)
+BadRows = _enum("BadRows", BAD_ROWS)
+DType = _enum("DType", DTYPES)
+ModelDType = _enum("ModelDType", MODEL_DTYPES)
+Attention = _enum("Attention", ATTENTION)
+InflightUpdate = _enum("InflightUpdate", INFLIGHT_UPDATES)
+Parallelism = _enum("Parallelism", PARALLELISMS)
+Checkpointing = _enum("Checkpointing", ACTIVATION_CHECKPOINTING)
+AttentionBackend = _enum("AttentionBackend", ATTENTION_BACKENDS)
+ChatFormat = _enum("ChatFormat", CHAT_FORMATS)

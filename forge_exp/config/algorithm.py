@@ -2,8 +2,9 @@
 `loss` node, one schema per loss family.
 
 Each knob has one home: a loss's knobs live in `algorithm.loss` (swept as `algorithm.loss.clip_high=...`, or with
-the short alias `algorithm.clip_high=...` that the CLI expands to the same key: config/aliases.py); batch,
-optimizer, sampling and filters live in `algorithm` itself. Ranges are checked here and only here.
+the short alias `algorithm.clip_high=...` that the CLI expands to the same key: config/aliases.py), and their
+schema, defaults and ranges are the losses' own (rl/loss_options.py); batch, optimizer, sampling and filters live in
+`algorithm` itself, checked here.
 docs/algorithms.md describes every algorithm.
 """
 
@@ -12,105 +13,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from forge_exp.config.checks import FieldError, at_least, finite, positive, within
-from forge_exp.config.enums import Advantage, KLEstimator, LossAgg, RolloutCorrection
+from omegaconf import DictConfig, OmegaConf
+
+from forge_exp.checks import FieldError, at_least, finite, positive, within
+from forge_exp.choices import Advantage
+from forge_exp.rl.loss_options import LOSS_OPTIONS
 
 
 # ---------------------------------------------------------------------------------------------- losses
-@dataclass
-class PolicyLoss:
-    """What every policy-gradient loss takes (rl/losses/primitives.py: policy_terms)."""
-
-    _target_: str = "forge_exp.rl.losses.GRPOLoss"
-    beta: float = 0.0  # KL(π_θ ‖ π_ref) coefficient; 0 = no reference model at all
-    kl_estimator: KLEstimator = KLEstimator.k3  # k1 | k2 | k3 (Schulman 2020)
-    entropy_coef: float = 0.0  # entropy bonus; 0 = off
-    loss_agg: LossAgg = LossAgg.seq_mean  # token_mean | seq_mean | fixed_horizon (Dr. GRPO)
-    # fixed_horizon's constant: the longest response (a string default is an interpolation OmegaConf resolves)
-    horizon: Optional[int] = "${dataset.max_new_tokens}"  # type: ignore[assignment]
-    # the generator/trainer logprob mismatch (rl/losses/correction.py): none | tis (truncated IS) | mis (masked IS)
-    # | seq_mask (drop sequences by their geometric-mean ratio), with its cap C > 1
-    rollout_correction: RolloutCorrection = RolloutCorrection.none
-    rollout_cap: Optional[float] = None  # null = the mode's own C (forge_exp/choices.py: tis, mis 2; seq_mask 1.001)
-
-    def __post_init__(self) -> None:
-        at_least("beta", self.beta, 0)
-        finite("entropy_coef", self.entropy_coef)
-        within("rollout_cap", self.rollout_cap, 1, float("inf"), low_open=True, nullable=True)
-        if self.horizon is not None:
-            at_least("horizon", self.horizon, 1)
-        if self.loss_agg == LossAgg.fixed_horizon and self.horizon is None:
-            raise FieldError("horizon", "must be set for loss_agg=fixed_horizon (the max response length)")
-
-
-@dataclass
-class ClippedLoss(PolicyLoss):
-    """GRPOLoss: PPO's clipped surrogate (GRPO, Dr. GRPO, DAPO, dual clip)."""
-
-    clip_low: Optional[float] = 0.2  # ratio ≥ 1 − clip_low; null = no lower clip
-    clip_high: Optional[float] = 0.2  # ratio ≤ 1 + clip_high; null = no upper clip
-    dual_clip: Optional[float] = None  # c > 1: for A < 0 bound the objective at c·A (Ye et al. 2020)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_clip(self.clip_low, self.clip_high)
-        if self.dual_clip is not None:
-            within("dual_clip", self.dual_clip, 1, float("inf"), low_open=True)
-
-
-@dataclass
-class GSPOLossConfig(PolicyLoss):
-    _target_: str = "forge_exp.rl.losses.GSPOLoss"
-    clip_low: Optional[float] = 3e-4
-    clip_high: Optional[float] = 4e-4
-    token_level: bool = False  # GSPO-token (per-token advantages) instead of sequence-level GSPO
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_clip(self.clip_low, self.clip_high)
-        if self.rollout_correction in (RolloutCorrection.tis, RolloutCorrection.mis):
-            raise FieldError("rollout_correction", f"must be none or seq_mask for GSPO, got "
-                             f"{self.rollout_correction.value}: its ratio is per sequence, and tis/mis weight tokens")
-
-
-@dataclass
-class CISPOLossConfig(PolicyLoss):
-    _target_: str = "forge_exp.rl.losses.CISPOLoss"
-    clip_low: Optional[float] = None  # the paper imposes no lower bound on the IS weight
-    clip_high: Optional[float] = 0.28
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_clip(self.clip_low, self.clip_high)
-
-
-@dataclass
-class SAPOLossConfig(PolicyLoss):
-    _target_: str = "forge_exp.rl.losses.SAPOLoss"
-    tau_pos: float = 1.0  # gate temperature for A > 0
-    tau_neg: float = 1.05  # gate temperature for A ≤ 0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        positive("tau_pos", self.tau_pos)
-        positive("tau_neg", self.tau_neg)
-
-
-@dataclass
-class ReinforceLossConfig(PolicyLoss):
-    """Its truncated importance weight is rollout_correction=tis (rollout_cap = the truncation)."""
-
-    _target_: str = "forge_exp.rl.losses.ReinforceLoss"
-
-
-@dataclass
-class SFTLossConfig:
-    _target_: str = "forge_exp.rl.losses.sft.SFTLoss"
-
-
-def check_clip(clip_low: float | None, clip_high: float | None) -> None:
-    within("clip_low", clip_low, 0, 1, high_open=True, nullable=True)
-    within("clip_high", clip_high, 0, float("inf"), nullable=True)
+def loss_node(schema: type) -> DictConfig:
+    """A loss family's schema (rl/loss_options.py) as the `algorithm.loss` node: in a run a null horizon is the
+    longest response, dataset.max_new_tokens, the one loss knob another group decides (resolved when the config is,
+    so the composed config and the MLflow params show the number)."""
+    node = OmegaConf.structured(schema)
+    if "horizon" in node:
+        node.horizon = "${dataset.max_new_tokens}"
+    return node
 
 
 # ---------------------------------------------------------------------------------------------- algorithms
@@ -204,8 +122,5 @@ class SFTAlgorithm(AlgorithmBase):
     beta = 0.0  # no reference model
 
 
-LOSS_SCHEMAS = {
-    "clipped": ClippedLoss, "gspo": GSPOLossConfig, "cispo": CISPOLossConfig, "sapo": SAPOLossConfig,
-    "reinforce": ReinforceLossConfig, "sft": SFTLossConfig,
-}
+LOSS_SCHEMAS = LOSS_OPTIONS  # rl/loss_options.py, registered through loss_node
 ALGORITHM_SCHEMAS = {"rl": RLAlgorithm, "sft": SFTAlgorithm}

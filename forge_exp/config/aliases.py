@@ -3,9 +3,9 @@
     forge-exp -m algorithm.beta=0,0.04 algorithm.clip_high=0.2,0.28
       is  forge-exp -m algorithm.loss.beta=0,0.04 algorithm.loss.clip_high=0.2,0.28
 
-The knob has one home, the loss node (config/algorithm.py); the alias is another name for the same key, expanded
-before Hydra composes, so the composed config, the MLflow params and the sweep's overrides all carry the full
-key. Only names that are a field of some loss schema and not of the algorithm schemas are aliases.
+The knob has one home, the loss node (its schema: rl/loss_options.py); the alias is another name for the same key,
+expanded before Hydra composes, so the composed config, the MLflow params and the sweep's overrides all carry the
+full key. Only names that are a field of some loss schema and not of the algorithm schemas are aliases.
 
 Keys under an open map (OPEN_MAPS: a task's own options, whose names the task defines) may be new: they are set
 with Hydra's `++` (add or override), so `dataset.task_options.chain_sum.max_terms=3` needs no `+`; the task checks

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from forge_exp.config.checks import FieldError, at_least, not_empty, within
+from forge_exp.checks import FieldError, at_least, not_empty, within
 
 
 @dataclass

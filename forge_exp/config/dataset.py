@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from forge_exp.config.checks import FieldError, at_least, not_empty, seed
-from forge_exp.config.enums import BadRows, TargetFormat
+from forge_exp.checks import FieldError, at_least, not_empty, seed
+from forge_exp.choices import BadRows, TargetFormat
 from forge_exp.data.prompts import PLAIN_TEMPLATE
 
 

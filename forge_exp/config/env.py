@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-from forge_exp.config.checks import FieldError, at_least, finite, within
-from forge_exp.config.enums import ChatFormat
+from forge_exp.checks import FieldError, at_least, finite, within
+from forge_exp.choices import ChatFormat
 
 
 @dataclass

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from forge_exp import choices
-from forge_exp.config.checks import FieldError, at_least, seed, within
-from forge_exp.config.enums import Attention, ModelDType
+from forge_exp.checks import FieldError, at_least, within
+from forge_exp.choices import Attention, ModelDType
+from forge_exp.models.tiny_options import TinyOptions
 
 
 @dataclass
@@ -82,34 +82,15 @@ class WarmstartConfig:
 
 
 @dataclass
-class TinyModel(ModelBase):
+class TinyModel(TinyOptions, ModelBase):
     """The default experiment's model: a randomly initialised tiny Qwen3 with the character tokenizer
-    (models/tiny.py). With `path` set, that directory is loaded instead (its warm start, a checkpoint)."""
+    (models/tiny.py). With `path` set, that directory is loaded instead (its warm start, a checkpoint). Its sizes,
+    their defaults and ranges: models/tiny_options.py."""
 
     _target_: str = "forge_exp.models.tiny.TinyQwen3"
     name: str = "tiny"
     dtype: ModelDType = ModelDType.float32
-    hidden_size: int = 128
-    num_layers: int = 3
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 32
-    intermediate_size: int = 384
-    max_position_embeddings: int = 64
-    seed: int = 0
-    alphabet: str = choices.ALPHABET  # the character tokenizer's characters (choices.TOOL_ALPHABET for tool use)
     warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
-
-    def __post_init__(self) -> None:
-        for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",
-                    "max_position_embeddings"):
-            at_least(key, getattr(self, key), 1)
-        seed("seed", self.seed)
-        if self.num_heads % self.num_kv_heads:
-            raise FieldError("num_heads", f"({self.num_heads}) must be a multiple of model.num_kv_heads "
-                                          f"({self.num_kv_heads})")
-        if self.head_dim % 2:
-            raise FieldError("head_dim", f"must be even (rotary embeddings), got {self.head_dim}")
 
 
 MODEL_SCHEMAS = {"pretrained": PretrainedModel, "tiny": TinyModel}

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Dict
 
-from forge_exp.config.checks import FieldError, at_least, finite, within
+from forge_exp.checks import FieldError, at_least, finite, within
 
 
 @dataclass

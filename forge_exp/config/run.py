@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from forge_exp.config.checks import FieldError, at_least, seed, within
+from forge_exp.checks import FieldError, at_least, seed, within
 from forge_exp.config.reward import RewardConfig
 from forge_exp.config.services import ParallelismConfig, ServicesConfig
 
@@ -73,7 +73,7 @@ class ForgeConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: Any = None  # config/algorithm.py
     trainer: Any = None  # config/backends.py
-    generator: Any = None  # config/backends.py
+    generator: Any = None  # generators/options.py
     env: Any = None  # config/env.py
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     services: ServicesConfig = field(default_factory=ServicesConfig)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from forge_exp.config.checks import FieldError, at_least
-from forge_exp.config.enums import Parallelism
+from forge_exp.checks import FieldError, at_least
+from forge_exp.choices import Parallelism
 
 SERVICES = ("dataset", "generator", "reward", "env", "ref_model", "trainer", "replay_buffer")
 # The mesh name that means "in the controller's own process" (no process of its own): for light services, whose

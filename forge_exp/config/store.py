@@ -5,13 +5,14 @@ list (`- /schema/model/tiny@_here_`). The schema groups are not options of the g
 
 from hydra.core.config_store import ConfigStore
 
-from forge_exp.config.algorithm import ALGORITHM_SCHEMAS, LOSS_SCHEMAS
-from forge_exp.config.backends import TitanTrainerConfig, TorchGenerator, TrainerBackend, VllmGenerator
+from forge_exp.config.algorithm import ALGORITHM_SCHEMAS, LOSS_SCHEMAS, loss_node
+from forge_exp.config.backends import TitanTrainerConfig, TrainerBackend
 from forge_exp.config.cluster import CLUSTER_SCHEMAS
 from forge_exp.config.dataset import DATASET_SCHEMAS
 from forge_exp.config.env import ENV_SCHEMAS
 from forge_exp.config.model import MODEL_SCHEMAS
 from forge_exp.config.run import ForgeConfig
+from forge_exp.generators.options import NativeKnobs, VllmOptions
 
 SCHEMAS = {
     "model": MODEL_SCHEMAS,
@@ -20,7 +21,7 @@ SCHEMAS = {
     "dataset": DATASET_SCHEMAS,
     "env": ENV_SCHEMAS,
     "trainer": {"hf": TrainerBackend, "titan": TitanTrainerConfig},
-    "generator": {"torch": TorchGenerator, "vllm": VllmGenerator},
+    "generator": {"torch": NativeKnobs, "vllm": VllmOptions},
     "cluster": CLUSTER_SCHEMAS,
 }
 # reward, services and parallelism have one shape each: the root schema types them (config/run.py)
@@ -31,4 +32,4 @@ def register() -> None:
     cs.store(name="forge_schema", node=ForgeConfig)
     for group, schemas in SCHEMAS.items():
         for name, node in schemas.items():
-            cs.store(group=f"schema/{group}", name=name, node=node)
+            cs.store(group=f"schema/{group}", name=name, node=loss_node(node) if group == "loss" else node)

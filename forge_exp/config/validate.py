@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from forge_exp.config.aliases import ALIASES, short
-from forge_exp.config.checks import FieldError
+from forge_exp.checks import FieldError
 from forge_exp.config.run import ForgeConfig
 
 TYPED_GROUPS = ("model", "algorithm", "dataset", "trainer", "generator", "env", "cluster")

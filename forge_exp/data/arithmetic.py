@@ -29,7 +29,7 @@ class ArithmeticTask:
     digits: int = 2  # operands are drawn uniformly from [0, 10**digits)
     ops: str = "+"  # any of "+-*/": subtraction orders its operands so results are never negative; division is
     # exact (a = b·q with b ≥ 1), so every answer is an integer
-    eval_size: int = 256  # held-out problems
+    eval_size: int = 200  # held-out problems (dataset.eval_size's default, config/dataset.py)
     seed: int = 0  # the training stream's order
     heldout_buckets: int = HELDOUT_BUCKETS
     heldout_seed: int = 1234  # fixes which bucket-0 problems form the held-out set

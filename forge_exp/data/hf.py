@@ -127,7 +127,7 @@ class RowProblems:
 class HubProblems(RowProblems):
     """A Hub dataset by id (read from the local datasets cache when offline): conf/dataset/gsm8k.yaml, math.yaml."""
 
-    path: str = "openai/gsm8k"  # hub id
+    path: str = ""  # hub id, e.g. openai/gsm8k (dataset.path: required, as config/dataset.py says)
     subset: str | None = None  # hub config name, e.g. "main" for openai/gsm8k
     split: str = "train"
     eval_split: str | None = "test"  # None = no eval set
@@ -149,7 +149,7 @@ class HubProblems(RowProblems):
 class FileProblems(RowProblems):
     """Local files (jsonl, json or parquet, by extension; a glob matches several): conf/dataset/jsonl.yaml."""
 
-    train_path: str = "data/train.jsonl"
+    train_path: str = ""  # e.g. data/train.jsonl (dataset.train_path: required, as config/dataset.py says)
     eval_path: str | None = None  # None = no eval set
 
     def location(self, split: str) -> str:

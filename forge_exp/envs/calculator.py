@@ -44,7 +44,7 @@ class CalculatorEnv:
         answer_reward=None,
         *,
         tools_enabled: bool = True,
-        system_prompt: str | None = SYSTEM_PROMPT,
+        system_prompt: str | None = None,  # env.system_prompt (config/env.py); SYSTEM_PROMPT suits larger models
         malformed_penalty: float = 0.0,
         tool_error_penalty: float = 0.0,
     ) -> None:

@@ -1,7 +1,8 @@
 """The interface every generation backend implements, and the two value types it speaks in.
 
 An engine is built as `Engine(model, device, seed, **knobs)`: `model` is a `forge_exp.models.hf.ModelSpec` (what
-conf/model/ builds), `knobs` are the keys of the engine's YAML node (conf/generator/, typed by config/backends.py).
+conf/model/ builds), `knobs` are the keys of the engine's YAML node (conf/generator/), parsed into its own schema
+(generators/options.py).
 """
 
 from __future__ import annotations

@@ -24,42 +24,17 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Iterable
 
 import torch
 
 from forge_exp.generators.base import Generation, Sampling
 from forge_exp.generators.decoder import StaticDecoder, unsupported_reason
+from forge_exp.generators.options import NativeKnobs
 from forge_exp.generators.runner import Admit, DecodeRunner
 from forge_exp.models.lora import AdapterMerge
 from forge_exp.models.sampling import row_key
-
-
-@dataclass(frozen=True)
-class NativeKnobs:
-    """The engine's YAML knobs. KV cache memory: 2 x layers x (slots + 1) x max_len x kv_heads x head_dim x dtype
-    bytes (Qwen3-1.7B in bf16: 114,688 bytes per token and slot, so 64 slots x 1024 tokens = 7.5 GB)."""
-
-    slots: int = 256  # sequences decoded together (KV-cache rows)
-    max_len: int | None = None  # prompt + new tokens per sequence; None: the model's max positions, at most 1024
-    sync_every: int | None = None  # decode steps between host checks; None: 16 on GPU, 1 on CPU
-    cuda_graphs: bool = True  # capture decode steps as CUDA graphs (GPU only)
-    prefill_tokens: int = 8192  # prompt tokens per prefill forward (bounds its activation memory)
-    eos_token_ids: tuple[int, ...] | None = None  # None: the tokenizer's EOS and the model's generation_config EOS
-
-    def __post_init__(self) -> None:  # (ranges are the schema's: config/backends.py)
-        if self.eos_token_ids is not None:
-            object.__setattr__(self, "eos_token_ids", tuple(int(t) for t in self.eos_token_ids))
-
-    @classmethod
-    def parse(cls, knobs: dict) -> "NativeKnobs":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(knobs) - known)
-        if unknown:
-            raise ValueError(f"generator.{unknown[0]} is not a knob of the torch generator; known: "
-                             f"{', '.join(sorted(known))}")
-        return cls(**knobs)
 
 
 @dataclass
@@ -87,12 +62,12 @@ class _Pending:
 
 
 class NativeEngine:
-    def __init__(self, model, device: str | torch.device = "cpu", seed: int = 0, *, slots: int | None = None,
-                 max_len: int | None = None, sync_every: int | None = None, cuda_graphs: bool = True,
-                 prefill_tokens: int = 8192, eos_token_ids: list[int] | None = None) -> None:
-        """`model`: a `forge_exp.models.hf.ModelSpec` (what conf/model/ builds); the knobs: see `NativeKnobs` (null
-        slots: its default)."""
-        knobs = NativeKnobs(slots or NativeKnobs.slots, max_len, sync_every, cuda_graphs, prefill_tokens, eos_token_ids)
+    schema = NativeKnobs  # its knobs, their defaults and ranges (generators/options.py)
+
+    def __init__(self, model, device: str | torch.device = "cpu", seed: int = 0, **knobs) -> None:
+        """`model`: a `forge_exp.models.hf.ModelSpec` (what conf/model/ builds); `knobs`: conf/generator/torch.yaml's
+        keys (NativeKnobs)."""
+        knobs = NativeKnobs.parse(knobs)
         lora = model.lora_spec  # LoRA: the base, and each push's adapters merged into it (models/lora.py)
         self._setup((model.base() if lora else model).build(device), model.tokenizer(), seed, knobs)
         self._adapter = AdapterMerge(self.model, lora) if lora else None
@@ -110,8 +85,10 @@ class NativeEngine:
         self.model, self.tokenizer, self.knobs = model.eval(), tokenizer, knobs
         self.device = next(model.parameters()).device
         cfg = model.config
+        self.slots = knobs.slots or NativeKnobs.ALONE_SLOTS
         self.max_len = knobs.max_len or min(getattr(cfg, "max_position_embeddings", 1024), 1024)
-        self.eos_ids = knobs.eos_token_ids if knobs.eos_token_ids is not None else _default_eos(model, tokenizer)
+        eos = knobs.eos_token_ids
+        self.eos_ids = tuple(int(t) for t in eos) if eos is not None else _default_eos(model, tokenizer)
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = pad if pad is not None else (cfg.pad_token_id or 0)
         self._params = dict(model.named_parameters(remove_duplicate=False))
@@ -119,8 +96,8 @@ class NativeEngine:
         on_gpu = self.device.type == "cuda"
         self.sync_every = knobs.sync_every or (16 if on_gpu else 1)
         if self.plain_reason is None:
-            decoder = StaticDecoder(model, slots=knobs.slots, max_len=self.max_len, kernels=_kernels(self.device))
-            self.runner = DecodeRunner(decoder, slots=knobs.slots, max_len=self.max_len, eos_ids=self.eos_ids,
+            decoder = StaticDecoder(model, slots=self.slots, max_len=self.max_len, kernels=_kernels(self.device))
+            self.runner = DecodeRunner(decoder, slots=self.slots, max_len=self.max_len, eos_ids=self.eos_ids,
                                        cuda_graphs=knobs.cuda_graphs)
         self._seed, self._calls = seed, 0
         self._cv = threading.Condition()
@@ -128,7 +105,7 @@ class NativeEngine:
         self._weights: list[_Pending] = []
         self._active: dict[int, _Row] = {}
         self._taken: list[_Row] = []  # rows the worker took from the queue and has not yet placed or delivered
-        self._free = list(range(knobs.slots - 1, -1, -1))
+        self._free = list(range(self.slots - 1, -1, -1))
         self._closed, self._error = False, None
         self.stats = {"admitted": 0, "prefills": 0, "decode_steps": 0, "polls": 0}
         self._thread = threading.Thread(target=self._run, name="native-engine", daemon=True)

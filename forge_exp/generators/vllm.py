@@ -46,7 +46,8 @@ import torch
 
 from forge_exp.generators.base import Generation, Sampling
 from forge_exp.generators.vllm_lora import VllmAdapters
-from forge_exp.generators.vllm_options import VllmOptions
+from forge_exp.generators.options import VllmOptions
+from forge_exp.generators.vllm_options import check_device, engine_args
 from forge_exp.models.lora import adapter_layout
 from forge_exp.generators.vllm_worker import pack, share
 
@@ -87,7 +88,10 @@ class _Features(NamedTuple):
 
 
 class VllmEngine:
-    """`Engine(model, device, seed, **knobs)`; knobs are conf/generator/vllm.yaml's keys (VllmOptions)."""
+    """`Engine(model, device, seed, **knobs)`; knobs are conf/generator/vllm.yaml's keys, parsed into its schema
+    (generators/options.py: VllmOptions)."""
+
+    schema = VllmOptions
 
     @staticmethod
     def check_installed() -> None:
@@ -98,7 +102,7 @@ class VllmEngine:
 
     def __init__(self, model, device: str = "cpu", seed: int = 0, **knobs) -> None:
         """`model`: a `forge_exp.models.hf.ModelSpec` (what conf/model/ builds)."""
-        self.options = VllmOptions.from_knobs(**knobs)
+        self.options = VllmOptions.parse(knobs)
         if importlib.util.find_spec("flashinfer") is None:
             # vLLM 0.26's GPU sampler imports FlashInfer's attention backend just to ask whether to sample top-k/top-p
             # with it, and fails to start without FlashInfer; this engine never samples with top-k/top-p
@@ -109,7 +113,7 @@ class VllmEngine:
             raise ImportError(f"{INSTALL_HINT} ({e})") from e
         from forge_exp.models.hf import load_tokenizer
 
-        self.options.check_device(device)
+        check_device(self.options, device)
         self._tmp: str | None = None
         self.lora = model.lora_spec  # LoRA: the engine serves the base, each push adds an adapter (vllm_lora.py)
         path = self._path = self._model_dir(model.base() if self.lora else model)
@@ -133,8 +137,9 @@ class VllmEngine:
         self._thread.start()
         self._engine = None
         try:
-            self._engine = self._run(self._start(self.options.engine_args(
-                path, self._dtype, device, seed, **(self._adapters.engine_args() if self._adapters else {}))))
+            lora_args = self._adapters.engine_args() if self._adapters else {}
+            self._engine = self._run(self._start(engine_args(self.options, path, self._dtype, device, seed,
+                                                             **lora_args)))
         except BaseException:
             self.close()
             raise

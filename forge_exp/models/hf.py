@@ -220,7 +220,7 @@ class Pretrained(ModelSpec):
     """A released model: `path`, or `hf_id` looked up in the local Hugging Face cache (never downloaded)."""
 
     hf_id: str | None = None
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # as model.dtype's (config/model.py): bfloat16 where it is native, else float32
 
     def source(self) -> str:
         return self.path or self.hf_id

@@ -9,7 +9,6 @@ literal sizes in one function per size).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 import torch
@@ -17,7 +16,8 @@ import torch
 from forge_exp.models.hf import DTYPES, ModelSpec, enable_activation_checkpointing
 from forge_exp.models.qwen3 import Qwen3ForCausalLM
 from forge_exp.models.qwen3_config import Qwen3Config
-from forge_exp.models.tokenizer import ALPHABET, build_char_tokenizer, load_char_tokenizer
+from forge_exp.models.tiny_options import TinyOptions, check_sizes
+from forge_exp.models.tokenizer import build_char_tokenizer, load_char_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -69,15 +69,20 @@ class TinyQwen3(ModelSpec):
     model (~0.59M parameters at these sizes). With `path` set it loads that directory instead (its warm start or a
     checkpoint), sizes and tokenizer included."""
 
-    hidden_size: int = 128
-    num_layers: int = 3
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 32
-    intermediate_size: int = 384
-    max_position_embeddings: int = 64
-    seed: int = 0
-    alphabet: str = ALPHABET  # the character tokenizer's characters (models/tokenizer.py; TOOL_ALPHABET for tool use)
+    # the sizes: their defaults and range checks are models/tiny_options.py's (the `model=tiny` schema)
+    hidden_size: int = TinyOptions.hidden_size
+    num_layers: int = TinyOptions.num_layers
+    num_heads: int = TinyOptions.num_heads
+    num_kv_heads: int = TinyOptions.num_kv_heads
+    head_dim: int = TinyOptions.head_dim
+    intermediate_size: int = TinyOptions.intermediate_size
+    max_position_embeddings: int = TinyOptions.max_position_embeddings
+    seed: int = TinyOptions.seed
+    alphabet: str = TinyOptions.alphabet
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_sizes(self)
 
     @property
     def random_init(self) -> bool:

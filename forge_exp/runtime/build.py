@@ -71,7 +71,13 @@ def locate(target: Any, key: str) -> Any:
 
 
 def accepted_parameters(obj: Any) -> tuple[dict[str, inspect.Parameter], bool]:
-    """(named parameters, takes **kwargs) of a class's constructor or a function."""
+    """(named parameters, takes **kwargs) of a class's constructor or a function. A class that parses its keyword
+    arguments into its own knobs dataclass (`schema`: the generators, the policy losses) takes that dataclass's
+    fields."""
+    schema = getattr(obj, "schema", None) if inspect.isclass(obj) else None
+    if dataclasses.is_dataclass(schema):
+        return {f.name: inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None)
+                for f in dataclasses.fields(schema) if f.name != "_target_"}, False
     torch = sys.modules.get("torch")  # a process that never imported torch (a reward worker) has no nn.Module
 
     if (torch is not None and inspect.isclass(obj) and issubclass(obj, torch.nn.Module)

@@ -3,6 +3,8 @@ the used-by command composes a real experiment; the embedded default is what it 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -66,16 +68,19 @@ def test_the_used_by_command_composes_a_real_experiment():
 @pytest.mark.parametrize("algorithm", [o for o in options("algorithm") if o != "sft"])
 def test_an_explicit_algorithm_keeps_its_own_knobs_on_the_tiny_model(algorithm):
     """Only the tiny model's lr and batch come from the pair's specialised config; the loss is the algorithm's."""
-    own = OmegaConf.load(f"conf/algorithm/{algorithm}.yaml")
+    own = OmegaConf.load(f"conf/algorithm/{algorithm}.yaml")  # what the option changes from its schemas' defaults
     c = OmegaConf.to_object(compose_cfg(f"algorithm={algorithm}"))
-    assert c.algorithm.lr == 1e-4 and c.algorithm.prompts_per_step == 32
-    for key, value in own.loss.items():
-        if key == "beta" and algorithm == "grpo":
-            continue  # the embedded default (tiny + grpo) runs without the reference model: tiny_grpo.yaml
-        got = getattr(c.algorithm.loss, key)
-        assert getattr(got, "value", got) == value, key
     real = OmegaConf.to_object(compose_cfg(f"algorithm={algorithm}", "model=qwen3_0_6b"))
-    assert real.algorithm.lr == own.lr and real.algorithm.loss.beta == own.loss.get("beta", 0.0)
+    assert c.algorithm.lr == 1e-4 and c.algorithm.prompts_per_step == 32
+    assert real.algorithm.lr == own.get("lr", RLAlgorithm.lr)
+    tiny, alone = dataclasses.asdict(c.algorithm.loss), dataclasses.asdict(real.algorithm.loss)
+    assert (tiny.pop("horizon"), alone.pop("horizon")) == (c.dataset.max_new_tokens, real.dataset.max_new_tokens)
+    if algorithm == "grpo":  # the embedded default (tiny + grpo) runs without the reference model: tiny_grpo.yaml
+        assert tiny.pop("beta") == 0.0 and alone.pop("beta") == 0.04
+    assert tiny == alone
+    for key, value in own.get("loss", {}).items():
+        got = getattr(real.algorithm.loss, key)
+        assert getattr(got, "value", got) == value, key
 
 
 def test_a_group_on_the_command_line_wins_over_the_models_default_task():

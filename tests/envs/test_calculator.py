@@ -1,4 +1,4 @@
-from forge_exp.envs.calculator import CalculatorEnv
+from forge_exp.envs.calculator import SYSTEM_PROMPT, CalculatorEnv
 from forge_exp.envs.types import AssistantMessage, ToolCall
 from forge_exp.rl.types import Problem
 
@@ -10,9 +10,10 @@ def call(expr, name="calculator"):
 
 
 def test_tool_call_then_answer():
-    env = CalculatorEnv()
+    env = CalculatorEnv(system_prompt=SYSTEM_PROMPT)
     opening = env.reset(PROBLEM)
-    assert opening[0]["role"] == "system" and opening[-1] == {"role": "user", "content": "12*34="}
+    assert opening[0] == {"role": "system", "content": SYSTEM_PROMPT}
+    assert opening[-1] == {"role": "user", "content": "12*34="}
     r = env.step(call("12*34"))
     assert not r.done and r.messages == [{"role": "tool", "name": "calculator", "tool_call_id": "c0", "content": "408"}]
     r = env.step(AssistantMessage(content="408"))

@@ -5,6 +5,7 @@ import time
 import pytest
 
 from forge_exp.envs import CalculatorEnv, EpisodeLimits, Sampling, StepResult, TinyToolFormat, build_chat_format, run_episodes
+from forge_exp.envs.calculator import SYSTEM_PROMPT
 from forge_exp.envs.report import conversation_rows, episode_metrics
 from forge_exp.models.tokenizer import TOOL_ALPHABET, build_char_tokenizer
 from forge_exp.rl.types import Problem
@@ -139,7 +140,7 @@ def test_qwen3_template_episode():
             return re.findall(r"<tool_response>\n(.*?)\n", context)[-1]
         return '<tool_call>{"name": "calculator", "arguments": {"expression": "12*34"}}</tool_call>'
 
-    groups = run(lambda: CalculatorEnv(), [P1], Scripted(tok, reply), tok=tok, fmt=fmt,
+    groups = run(lambda: CalculatorEnv(system_prompt=SYSTEM_PROMPT), [P1], Scripted(tok, reply), tok=tok, fmt=fmt,
                  limits=EpisodeLimits(max_turns=3, max_total_tokens=2048), sampling=Sampling(max_new_tokens=128))
     c = groups[0].completions[0]
     assert groups[0].correct == [True, True] and c.info["tool_calls"] == 1

@@ -1,24 +1,32 @@
-"""The vLLM generator's config node: the YAML, its schema and the engine's knobs agree, and bad values name their
-key before anything starts. Needs no vLLM."""
+"""The vLLM generator's config node: its schema is the engine's own knobs, a null size knob means what its comment
+says, and bad values name their key before anything starts. Needs no vLLM."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 from omegaconf import OmegaConf
 
-from forge_exp.config.backends import VllmGenerator
 from forge_exp.config.validate import ConfigError, validate
-from forge_exp.generators.vllm_options import VllmOptions
+from forge_exp.generators.options import VllmOptions
 from tests.config.helpers import compose_cfg
 
 
-def test_the_yaml_the_schema_and_the_engine_knobs_agree():
+def test_the_node_is_the_engines_own_options():
     node = OmegaConf.to_object(compose_cfg("generator=vllm")).generator
-    assert isinstance(node, VllmGenerator)
-    schema = {f.name for f in dataclasses.fields(VllmGenerator)} - {"_target_"}
-    assert schema == {f.name for f in dataclasses.fields(VllmOptions)}
+    assert isinstance(node, VllmOptions) and node == VllmOptions()
+    from forge_exp.generators.vllm import VllmEngine
+
+    assert VllmEngine.schema is VllmOptions
+
+
+def test_an_engine_built_alone_fills_its_null_sizes():
+    """Outside a run nothing fills tensor_parallel_size: the engine arguments take one worker, and leave
+    max_model_len to vLLM (the model's max_position_embeddings)."""
+    pytest.importorskip("vllm")
+    from forge_exp.generators.vllm_options import engine_args
+
+    args = engine_args(VllmOptions(), "/nonexistent", "float32", "cpu", 0)
+    assert args.tensor_parallel_size == 1 and args.max_model_len is None
 
 
 @pytest.mark.parametrize(

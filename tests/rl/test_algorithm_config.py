@@ -66,21 +66,22 @@ def test_yaml_loads_builds_and_runs(name):
 
 def test_paper_settings_reach_the_losses():
     dapo = loss_of("dapo")
-    assert (dapo.clip_low, dapo.clip_high, dapo.agg.mode, dapo.regularizers.beta) == (0.2, 0.28, "token_mean", 0.0)
+    assert (dapo.options.clip_low, dapo.options.clip_high) == (0.2, 0.28)
+    assert (dapo.agg.mode, dapo.regularizers.beta) == ("token_mean", 0.0)
     dr = loss_of("dr_grpo")
     assert (dr.agg.mode, dr.agg.horizon) == ("fixed_horizon", 256) and load("dr_grpo").advantage.value == "mean"
     grpo = loss_of("grpo")
     assert (grpo.regularizers.beta, grpo.regularizers.kl_estimator, grpo.agg.mode) == (0.04, "k3", "seq_mean")
-    assert loss_of("cispo").clip_low is None
+    assert loss_of("cispo").options.clip_low is None
     assert load("dapo").overlong_buffer_len(256) == 256 // 5  # null → a fifth of max_new_tokens
     assert load("dapo", "algorithm.overlong_buffer=64").overlong_buffer_len(256) == 64
 
 
 def test_command_line_overrides_and_aliases_reach_the_loss():
     loss = loss_of("grpo", "algorithm.clip_high=0.28", "algorithm.loss.beta=0.1", "algorithm.dual_clip=3.0")
-    assert (loss.clip_high, loss.regularizers.beta, loss.dual_clip) == (0.28, 0.1, 3.0)
-    assert loss_of("sapo", "algorithm.tau_neg=2.0").tau_neg == 2.0
-    assert loss_of("gspo", "algorithm.token_level=true").token_level is True
+    assert (loss.options.clip_high, loss.regularizers.beta, loss.options.dual_clip) == (0.28, 0.1, 3.0)
+    assert loss_of("sapo", "algorithm.tau_neg=2.0").options.tau_neg == 2.0
+    assert loss_of("gspo", "algorithm.token_level=true").options.token_level is True
     loss = loss_of("reinforce", "algorithm.rollout_correction=tis", "algorithm.rollout_cap=3")
     assert (loss.correction.mode, loss.correction.c) == ("tis", 3.0)
     seq = loss_of("gspo", "algorithm.loss.rollout_correction=seq_mask").correction
@@ -118,7 +119,7 @@ def test_build_errors_name_the_key():
 
 def test_build_accepts_a_dictconfig_and_partial_functions():
     node = OmegaConf.create({"_target_": "forge_exp.rl.losses.SAPOLoss", "tau_pos": 0.5})
-    assert build(node, "algorithm.loss").tau_pos == 0.5
+    assert build(node, "algorithm.loss").options.tau_pos == 0.5
     fn = build({"_target_": "torch.nn.functional.mse_loss", "reduction": "sum"}, "algorithm.loss", partial=True)
     assert fn.keywords == {"reduction": "sum"}
 

@@ -137,7 +137,7 @@ def test_gspo_token_with_token_advantages_matches_reference():
     expected = ref.gspo_token(y, blp, adv_bt, mask, clip_low=0.1, clip_high=0.15)
     torch.testing.assert_close(v, expected, atol=ATOL, rtol=0)
     torch.testing.assert_close(grad_of(v, x), grad_of(expected, y), atol=ATOL, rtol=0)
-    with pytest.raises(ValueError, match="gspo_token"):
+    with pytest.raises(ValueError, match="token_level=true"):
         call_loss(GSPOLoss(), logprobs=x, behavior_logprobs=blp, advantages=adv_bt, padding_mask=mask)
 
 

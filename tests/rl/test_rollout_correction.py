@@ -120,10 +120,10 @@ def test_tis_gives_every_token_family_the_same_gradient():
 
 
 def test_what_is_refused_in_one_line():
-    with pytest.raises(ValueError, match="rollout_correction=tis weights tokens, but this loss's ratio is per "
-                                         "sequence; use none or seq_mask"):
+    with pytest.raises(ValueError, match="rollout_correction must be none or seq_mask for GSPO, got tis: its ratio is "
+                                         "per sequence"):
         GSPOLoss(rollout_correction="tis")
-    with pytest.raises(ValueError, match="rollout_correction=mis"):
+    with pytest.raises(ValueError, match="got mis"):
         GSPOLoss(token_level=True, rollout_correction="mis")
     with pytest.raises(ValueError, match=r"rollout_correction must be one of \['none', 'tis', 'mis', 'seq_mask'\]"):
         GRPOLoss(rollout_correction="is")

@@ -32,7 +32,7 @@ def test_cpu_host_gives_the_light_services_a_process_of_their_own():
 
 @pytest.mark.parametrize("key", ["replicas", "gpus"])
 def test_a_service_in_the_controller_cannot_replicate_or_take_a_gpu(key):
-    from forge_exp.config.checks import FieldError
+    from forge_exp.checks import FieldError
 
     with pytest.raises(FieldError, match=r"reward\.mesh.*controller"):
         services("cpu", **{f"reward.{key}": 2 if key == "replicas" else 1})

@@ -21,61 +21,27 @@ Departures from the paper:
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from forge_exp.rl.losses.correction import RolloutCorrection
-from forge_exp.rl.losses.primitives import (
-    Clipped,
-    clip_ratio,
-    finish,
-    log_ratio,
-    policy_terms,
-    prepare_inputs,
-)
+from forge_exp.rl.loss_options import CISPOOptions
+from forge_exp.rl.losses.correction import Corrected
+from forge_exp.rl.losses.policy import PolicyLoss, Term
+from forge_exp.rl.losses.primitives import Clipped, clip_ratio, log_ratio
 
 
-class CISPOLoss(nn.Module):
+class CISPOLoss(PolicyLoss):
     """−sg(clip(r)) · A · log π_θ per token, token-mean over the batch by default."""
 
-    def __init__(
-        self,
-        clip_low: float | None = None,
-        clip_high: float | None = 0.28,
-        beta: float = 0.0,
-        kl_estimator: str = "k3",
-        entropy_coef: float = 0.0,
-        loss_agg: str = "token_mean",
-        horizon: int | None = None,
-        rollout_correction: str = "none",
-        rollout_cap: float | None = None,
-    ) -> None:
-        super().__init__()
-        self.clip_low, self.clip_high = clip_low, clip_high
-        self.correction = RolloutCorrection(rollout_correction, rollout_cap)
-        self.regularizers, self.agg, self.required_inputs = policy_terms(
-            beta, kl_estimator, entropy_coef, loss_agg, horizon
-        )
+    schema = CISPOOptions
 
-    def forward(
-        self,
-        logprobs: torch.Tensor,  # [B, T]
-        behavior_logprobs: torch.Tensor,  # [B, T]
-        advantages: torch.Tensor,  # [B, 1]
-        padding_mask: torch.Tensor,  # [B, T]
-        ref_logprobs: torch.Tensor | None = None,  # [B, T]
-        entropy: torch.Tensor | None = None,  # [B, T]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        c = self.correction(prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy))
-        x = c.x
+    def term(self, c: Corrected) -> Term:
+        x, o = c.x, self.options
         ratio = log_ratio(x.logprobs, c.anchor).exp()  # [B, T]
-        weight = clip_ratio(ratio, self.clip_low, self.clip_high).detach()  # [B, T], stop-gradient
-        per_token = c.weigh(-weight * x.advantages * x.logprobs)  # [B, T]
+        weight = clip_ratio(ratio, o.clip_low, o.clip_high).detach()  # [B, T], stop-gradient
         none = torch.zeros_like(x.mask)
         capped = Clipped(
-            low=none if self.clip_low is None else ratio.detach() < 1.0 - self.clip_low,
-            high=none if self.clip_high is None else ratio.detach() > 1.0 + self.clip_high,
+            low=none if o.clip_low is None else ratio.detach() < 1.0 - o.clip_low,
+            high=none if o.clip_high is None else ratio.detach() > 1.0 + o.clip_high,
             dual=none,
         )
         active = (x.advantages != 0).expand_as(x.mask)
-        return finish(self.agg(per_token, x.mask), x, ratio, capped, self.regularizers, self.agg, active=active,
-                      extra=c.metrics)
+        return Term(-weight * x.advantages * x.logprobs, ratio, capped, active)

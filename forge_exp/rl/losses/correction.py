@@ -79,7 +79,7 @@ class RolloutCorrection:
     cap: float | None = None  # None: the mode's own (choices.DEFAULT_ROLLOUT_CAP)
     per_sequence: bool = False
 
-    def __post_init__(self) -> None:  # (ranges are the schema's: config/algorithm.py; this is the dispatch)
+    def __post_init__(self) -> None:  # (ranges are the schema's: rl/loss_options.py; this is the dispatch)
         if self.mode not in ROLLOUT_CORRECTIONS:
             raise ValueError(f"rollout_correction must be one of {list(ROLLOUT_CORRECTIONS)}, got {self.mode!r}")
         if self.cap is not None and not self.cap > 1:

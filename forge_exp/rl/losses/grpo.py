@@ -23,55 +23,19 @@ Departures from the papers:
 
 from __future__ import annotations
 
-import torch
-from torch import nn
-
-from forge_exp.rl.losses.correction import RolloutCorrection
-from forge_exp.rl.losses.primitives import (
-    clipped_surrogate,
-    finish,
-    log_ratio,
-    policy_terms,
-    prepare_inputs,
-)
+from forge_exp.rl.loss_options import GRPOOptions
+from forge_exp.rl.losses.correction import Corrected
+from forge_exp.rl.losses.policy import PolicyLoss, Term
+from forge_exp.rl.losses.primitives import clipped_surrogate, log_ratio
 
 
-class GRPOLoss(nn.Module):
+class GRPOLoss(PolicyLoss):
     """PPO clipped surrogate over group-relative advantages, + β·KL to the reference, + entropy bonus."""
 
-    def __init__(
-        self,
-        clip_low: float | None = 0.2,
-        clip_high: float | None = 0.2,
-        dual_clip: float | None = None,
-        beta: float = 0.04,
-        kl_estimator: str = "k3",
-        entropy_coef: float = 0.0,
-        loss_agg: str = "seq_mean",
-        horizon: int | None = None,
-        rollout_correction: str = "none",
-        rollout_cap: float | None = None,
-    ) -> None:
-        super().__init__()
-        self.clip_low, self.clip_high, self.dual_clip = clip_low, clip_high, dual_clip
-        self.correction = RolloutCorrection(rollout_correction, rollout_cap)
-        # the trainer reads this (rl.losses.loss_inputs) to know what to compute
-        self.regularizers, self.agg, self.required_inputs = policy_terms(
-            beta, kl_estimator, entropy_coef, loss_agg, horizon
-        )
+    schema = GRPOOptions
 
-    def forward(
-        self,
-        logprobs: torch.Tensor,  # [B, T]
-        behavior_logprobs: torch.Tensor,  # [B, T]
-        advantages: torch.Tensor,  # [B, 1]
-        padding_mask: torch.Tensor,  # [B, T]
-        ref_logprobs: torch.Tensor | None = None,  # [B, T]
-        entropy: torch.Tensor | None = None,  # [B, T]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        c = self.correction(prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy))
-        x = c.x
-        ratio = log_ratio(x.logprobs, c.anchor).exp()  # [B, T]
-        per_token, clipped = clipped_surrogate(ratio, x.advantages, self.clip_low, self.clip_high, self.dual_clip)
-        return finish(self.agg(c.weigh(per_token), x.mask), x, ratio, clipped, self.regularizers, self.agg,
-                      extra=c.metrics)
+    def term(self, c: Corrected) -> Term:
+        o = self.options
+        ratio = log_ratio(c.x.logprobs, c.anchor).exp()  # [B, T]
+        per_token, clipped = clipped_surrogate(ratio, c.x.advantages, o.clip_low, o.clip_high, o.dual_clip)
+        return Term(per_token, ratio, clipped)

@@ -25,72 +25,35 @@ Departures from the paper:
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from forge_exp.rl.losses.correction import RolloutCorrection
-from forge_exp.rl.losses.primitives import (
-    Clipped,
-    clipped_surrogate,
-    finish,
-    log_ratio,
-    policy_terms,
-    prepare_inputs,
-    seq_mean,
-    sequence_log_ratio,
-)
+from forge_exp.rl.loss_options import GSPOOptions
+from forge_exp.rl.losses.correction import Corrected
+from forge_exp.rl.losses.policy import PolicyLoss, Term
+from forge_exp.rl.losses.primitives import Clipped, clipped_surrogate, log_ratio, seq_mean, sequence_log_ratio
 
 
-class GSPOLoss(nn.Module):
-    """Sequence-level clipped surrogate (GSPO), or GSPO-token with token_level=True."""
+class GSPOLoss(PolicyLoss):
+    """Sequence-level clipped surrogate (GSPO), or GSPO-token with token_level=True ([B, T] advantages allowed)."""
 
-    def __init__(
-        self,
-        clip_low: float | None = 3e-4,
-        clip_high: float | None = 4e-4,
-        token_level: bool = False,
-        beta: float = 0.0,
-        kl_estimator: str = "k3",
-        entropy_coef: float = 0.0,
-        loss_agg: str = "seq_mean",
-        horizon: int | None = None,
-        rollout_correction: str = "none",
-        rollout_cap: float | None = None,
-    ) -> None:
-        super().__init__()
-        self.clip_low, self.clip_high, self.token_level = clip_low, clip_high, token_level
-        self.correction = RolloutCorrection(rollout_correction, rollout_cap, per_sequence=True)
-        self.regularizers, self.agg, self.required_inputs = policy_terms(
-            beta, kl_estimator, entropy_coef, loss_agg, horizon
-        )
+    schema = GSPOOptions
+    per_sequence = True
 
-    def forward(
-        self,
-        logprobs: torch.Tensor,  # [B, T]
-        behavior_logprobs: torch.Tensor,  # [B, T]
-        advantages: torch.Tensor,  # [B, 1] ([B, T] allowed with token_level)
-        padding_mask: torch.Tensor,  # [B, T]
-        ref_logprobs: torch.Tensor | None = None,  # [B, T]
-        entropy: torch.Tensor | None = None,  # [B, T]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        c = self.correction(prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy))
-        x = c.x  # (anchor: the behaviour logprobs, as none and seq_mask keep it)
+    def term(self, c: Corrected) -> Term:
+        x, o = c.x, self.options  # (anchor: the behaviour logprobs, as none and seq_mask keep it)
         token_lr = log_ratio(x.logprobs, c.anchor)  # [B, T]
         seq_lr = sequence_log_ratio(token_lr, x.mask)  # [B, 1]
-        if self.token_level:
+        if o.token_level:
             # value s_i on every token, gradient s_i · ∇log π_θ(y_t)
             s = torch.exp(seq_lr.detach() + x.logprobs - x.logprobs.detach())  # [B, T]
         else:
             if x.advantages.shape[-1] != 1:
                 raise ValueError(
                     "GSPO (sequence level) takes one advantage per sequence, got [B, T] advantages; "
-                    "set algorithm.gspo_token=true for per-token advantages"
+                    "set algorithm.loss.token_level=true for per-token advantages"
                 )
             s = torch.exp(seq_lr)  # [B, 1]
-        per_seq, clipped = clipped_surrogate(s, x.advantages, self.clip_low, self.clip_high)  # [B, 1] or [B, T]
-        per_token = per_seq.expand_as(x.logprobs)  # [B, T]
-        clipped = Clipped(*(c.expand_as(x.mask) for c in (clipped.low, clipped.high, clipped.dual)))
-        loss, metrics = finish(self.agg(per_token, x.mask), x, token_lr.exp(), clipped, self.regularizers, self.agg,
-                               extra=c.metrics)
+        per_seq, clipped = clipped_surrogate(s, x.advantages, o.clip_low, o.clip_high)  # [B, 1] or [B, T]
+        clipped = Clipped(*(f.expand_as(x.mask) for f in (clipped.low, clipped.high, clipped.dual)))
         seq_rows = torch.exp(seq_lr.detach()).expand_as(x.logprobs)  # [B, T]
-        metrics["loss/seq_ratio_mean"] = seq_mean(seq_rows, x.mask)
-        return loss, metrics
+        return Term(per_seq.expand_as(x.logprobs), token_lr.exp(), clipped,
+                    metrics={"loss/seq_ratio_mean": seq_mean(seq_rows, x.mask)})

@@ -184,7 +184,7 @@ class Aggregation:
     mode: str = "token_mean"
     horizon: int | None = None
 
-    def __post_init__(self) -> None:  # (ranges are the schema's: config/algorithm.py; this is the dispatch)
+    def __post_init__(self) -> None:  # (ranges are the schema's: rl/loss_options.py; this is the dispatch)
         if self.mode not in LOSS_AGGREGATIONS:
             raise ValueError(f"loss_agg must be one of {list(LOSS_AGGREGATIONS)}, got {self.mode!r}")
         if self.mode == "fixed_horizon" and self.horizon is None:

@@ -15,45 +15,19 @@ not the loss.
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from forge_exp.rl.loss_options import ReinforceOptions
+from forge_exp.rl.losses.correction import Corrected
+from forge_exp.rl.losses.policy import PolicyLoss, Term
+from forge_exp.rl.losses.primitives import log_ratio
 
-from forge_exp.rl.losses.correction import RolloutCorrection
-from forge_exp.rl.losses.primitives import finish, log_ratio, policy_terms, prepare_inputs
 
-
-class ReinforceLoss(nn.Module):
+class ReinforceLoss(PolicyLoss):
     """−sg(w)·A·log π_θ per token, w = 1 or the rollout correction's weight."""
 
-    def __init__(
-        self,
-        beta: float = 0.0,
-        kl_estimator: str = "k3",
-        entropy_coef: float = 0.0,
-        loss_agg: str = "token_mean",
-        horizon: int | None = None,
-        rollout_correction: str = "none",
-        rollout_cap: float | None = None,
-    ) -> None:
-        super().__init__()
-        self.correction = RolloutCorrection(rollout_correction, rollout_cap)
-        self.regularizers, self.agg, self.required_inputs = policy_terms(
-            beta, kl_estimator, entropy_coef, loss_agg, horizon
-        )
+    schema = ReinforceOptions
 
-    def forward(
-        self,
-        logprobs: torch.Tensor,  # [B, T]
-        behavior_logprobs: torch.Tensor,  # [B, T]
-        advantages: torch.Tensor,  # [B, 1]
-        padding_mask: torch.Tensor,  # [B, T]
-        ref_logprobs: torch.Tensor | None = None,  # [B, T]
-        entropy: torch.Tensor | None = None,  # [B, T]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        c = self.correction(prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy))
+    def term(self, c: Corrected) -> Term:
         x = c.x
         ratio = log_ratio(x.logprobs, c.anchor).exp()  # [B, T], for the metrics only
-        per_token = c.weigh(-x.advantages * x.logprobs)  # [B, T]
         active = (x.advantages != 0).expand_as(x.mask)
-        return finish(self.agg(per_token, x.mask), x, ratio, None, self.regularizers, self.agg, active=active,
-                      extra=c.metrics)
+        return Term(-x.advantages * x.logprobs, ratio, None, active)

@@ -23,10 +23,11 @@ Departures from the paper:
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from forge_exp.rl.losses.correction import RolloutCorrection
-from forge_exp.rl.losses.primitives import finish, log_ratio, policy_terms, prepare_inputs, token_mean
+from forge_exp.rl.loss_options import SAPOOptions
+from forge_exp.rl.losses.correction import Corrected
+from forge_exp.rl.losses.policy import PolicyLoss, Term
+from forge_exp.rl.losses.primitives import log_ratio, token_mean
 
 
 def _temperature(advantages: torch.Tensor, tau_pos: float, tau_neg: float, dtype: torch.dtype) -> torch.Tensor:
@@ -42,45 +43,17 @@ def soft_gate(ratio: torch.Tensor, advantages: torch.Tensor, tau_pos: float, tau
     return (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))  # [B, T]
 
 
-class SAPOLoss(nn.Module):
+class SAPOLoss(PolicyLoss):
     """−f_τ(r)·A per token, asymmetric temperatures for positive / negative advantages."""
 
-    def __init__(
-        self,
-        tau_pos: float = 1.0,
-        tau_neg: float = 1.05,
-        beta: float = 0.0,
-        kl_estimator: str = "k3",
-        entropy_coef: float = 0.0,
-        loss_agg: str = "seq_mean",
-        horizon: int | None = None,
-        rollout_correction: str = "none",
-        rollout_cap: float | None = None,
-    ) -> None:
-        super().__init__()
-        self.tau_pos, self.tau_neg = float(tau_pos), float(tau_neg)
-        self.correction = RolloutCorrection(rollout_correction, rollout_cap)
-        self.regularizers, self.agg, self.required_inputs = policy_terms(
-            beta, kl_estimator, entropy_coef, loss_agg, horizon
-        )
+    schema = SAPOOptions
 
-    def forward(
-        self,
-        logprobs: torch.Tensor,  # [B, T]
-        behavior_logprobs: torch.Tensor,  # [B, T]
-        advantages: torch.Tensor,  # [B, 1]
-        padding_mask: torch.Tensor,  # [B, T]
-        ref_logprobs: torch.Tensor | None = None,  # [B, T]
-        entropy: torch.Tensor | None = None,  # [B, T]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        c = self.correction(prepare_inputs(logprobs, behavior_logprobs, advantages, padding_mask, ref_logprobs, entropy))
-        x = c.x
+    def term(self, c: Corrected) -> Term:
+        x, o = c.x, self.options
+        tau_pos, tau_neg = float(o.tau_pos), float(o.tau_neg)
         ratio = log_ratio(x.logprobs, c.anchor).exp()  # [B, T]
-        per_token = c.weigh(-soft_gate(ratio, x.advantages, self.tau_pos, self.tau_neg) * x.advantages)  # [B, T]
-        loss, metrics = finish(self.agg(per_token, x.mask), x, ratio, None, self.regularizers, self.agg,
-                               extra=c.metrics)
         with torch.no_grad():
-            tau = _temperature(x.advantages, self.tau_pos, self.tau_neg, ratio.dtype)  # [B, 1] or [B, T]
+            tau = _temperature(x.advantages, tau_pos, tau_neg, ratio.dtype)  # [B, 1] or [B, T]
             sig = torch.sigmoid(tau * (ratio - 1.0))  # [B, T]
-            metrics["loss/sapo_gate_mean"] = token_mean(4.0 * sig * (1.0 - sig), x.mask)
-        return loss, metrics
+            gate = {"loss/sapo_gate_mean": token_mean(4.0 * sig * (1.0 - sig), x.mask)}
+        return Term(-soft_gate(ratio, x.advantages, tau_pos, tau_neg) * x.advantages, ratio, metrics=gate)

@@ -1,5 +1,6 @@
-"""Range checks for the schemas' __post_init__. A failed check raises FieldError naming the field; validate.py
-prefixes the node's path (`algorithm.loss` + `clip_low` → "algorithm.loss.clip_low must be ...")."""
+"""Range checks for the schemas' __post_init__ (the components' own dataclasses and those in config/). A failed
+check raises FieldError naming the field; config/validate.py prefixes the node's path (`algorithm.loss` +
+`clip_low` → "algorithm.loss.clip_low must be ..."). Plain Python: the pure layers check their knobs with it."""
 
 from __future__ import annotations
 

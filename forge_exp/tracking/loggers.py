@@ -81,9 +81,10 @@ class Wandb:
         import wandb
 
         os.makedirs(self.dir, exist_ok=True)
-        # no system metrics, git or code capture: the 2-core default run cannot spare the CPU, MLflow has the commit
+        # no system metrics, git, code or pip-freeze capture: the 2-core default run cannot spare the CPU, and
+        # MLflow has the commit
         settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, x_disable_machine_info=True,
-                                  disable_git=True, save_code=False)
+                                  disable_git=True, save_code=False, x_save_requirements=False)
         self.run = wandb.init(mode="offline", dir=self.dir, project=self.project or experiment, id=run_id,
                               name=run_name, settings=settings)
         # steps may repeat or go back (the summary at the last step, a resume): wandb's own _step may not, so the

@@ -61,5 +61,6 @@ def test_the_cli_prints_the_group_and_refuses_a_run_without_mlflow(tmp_path):
     }.items():
         r = run_cli(*args, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
         err = error_lines(r)
-        assert r.returncode == 2 and len(err) == 1 and err[0].startswith(f"forge-exp: error: {expected}"), (args, r.stderr)
+        assert r.returncode == 2 and len(err) == 1, (args, r.stderr)
+        assert err[0].startswith(f"forge-exp: error: {expected}"), (args, r.stderr)
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "run" / "tensorboard").exists()

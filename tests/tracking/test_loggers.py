@@ -20,6 +20,7 @@ def loggers(run_dir):
     return {"tensorboard": TensorBoard(str(run_dir)), "wandb": Wandb(str(run_dir), project="p")}
 
 
+@pytest.mark.slow  # wandb starts its wandb-core process
 def test_a_failed_run_closes_every_logger_with_what_mlflow_took(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     run_dir = tmp_path / "run"
@@ -52,7 +53,8 @@ class Broken:
 def test_a_logger_that_fails_is_named_once_and_the_run_goes_on(tmp_path, capfd):
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     run_dir = tmp_path / "run"
-    with Tracker(uri, "exp", run_dir=run_dir, loggers={"mine": Broken(), "tensorboard": TensorBoard(str(run_dir))}) as t:
+    others = {"mine": Broken(), "tensorboard": TensorBoard(str(run_dir))}
+    with Tracker(uri, "exp", run_dir=run_dir, loggers=others) as t:
         t.log_metrics({"reward/mean": 1.0}, step=3)
     assert MlflowClient(uri).get_run(t.run_id).info.status == "FINISHED"
     assert tensorboard_scalars(run_dir / "tensorboard") == {"reward/mean": [(3, 1.0)]}
@@ -67,3 +69,22 @@ def test_a_missing_library_is_one_line_naming_the_extra():
     with pytest.raises(ImportError, match=r"^logger=no_such_lib needs the no_such_lib package: pip install "
                                           r"'forge-exp\[no_such_lib\]'$"):
         _needs("no_such_lib").__func__()
+
+
+def test_a_resume_from_an_older_checkpoint_logs_no_step_twice_anywhere(tmp_path):
+    """The run logged steps 1-4, its checkpoint of step 4 was lost: steps 3-4 are trained again from step 2's, and
+    neither MLflow nor TensorBoard (a new event file in the same directory) takes them twice."""
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    run_dir = tmp_path / "run"
+    with Tracker(uri, "exp", run_dir=run_dir, loggers={"tensorboard": TensorBoard(str(run_dir))}) as first:
+        for step in range(1, 5):
+            first.log_metrics({"loss/total": step / 10}, step=step)
+    with Tracker(uri, "exp", run_id=first.run_id, resume_step=2, run_dir=run_dir,
+                 loggers={"tensorboard": TensorBoard(str(run_dir))}) as again:
+        for step in range(3, 7):
+            again.log_metrics({"loss/total": step / 10 + 1}, step=step)  # other values: which one is kept shows
+    history = MlflowClient(uri).get_metric_history(first.run_id, "loss/total")
+    mlflow = sorted((m.step, m.value) for m in history)
+    assert mlflow == [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4), (5, 1.5), (6, 1.6)]
+    steps, values = zip(*sorted(tensorboard_scalars(run_dir / "tensorboard")["loss/total"]))
+    assert list(steps) == [s for s, _ in mlflow] and values == pytest.approx([v for _, v in mlflow])  # float32

@@ -115,6 +115,8 @@ def run(cfg: DictConfig) -> float | None:
 def _track(cfg, config, uri, resume, resolved, changes) -> tuple[dict[str, float], object]:
     from forge_exp.apps import run_app  # imports monarch: only after the config is known to be good
     from forge_exp.apps.checkpoint import clean_partial
+    from forge_exp.config.logger import extra_loggers
+    from forge_exp.runtime.build import build
     from forge_exp.runtime.hosts import hosts_for
     from forge_exp.runtime.layout import plan_for
     from forge_exp.runtime.services import Runtime
@@ -138,6 +140,8 @@ def _track(cfg, config, uri, resume, resolved, changes) -> tuple[dict[str, float
             hold=config.checkpoint.every > 0,
             run_dir=config.output_dir,
             close_wait_s=config.tracking.close_wait_s,
+            loggers={name: build(node, f"logger.{name}", run_dir=config.output_dir)  # logger=[mlflow,...]: the others
+                     for name, node in extra_loggers(config.logger).items()},
         )
         if resume and not resume.flushed:  # the run died between writing the checkpoint and logging its metrics
             if tracker.send(resume.pending_metrics):
@@ -363,10 +367,12 @@ def _run_dir_problem(e: OSError, args: list[str]) -> str | None:
 def _missing_option(e) -> str:
     import difflib
 
-    m = re.search(r"Could not find '([^']+)'", str(e))
+    from forge_exp.config.compose import group_options
+
+    m = re.search(r"Could not (?:find|load) '([^']+)'", str(e))  # `load`: one of a list (logger=[mlflow,x])
     missing = m.group(1) if m else str(e).splitlines()[0]
     group, _, option = missing.rpartition("/")
-    options = sorted(getattr(e, "options", None) or [])
+    options = sorted(getattr(e, "options", None) or group_options(group))
     close = difflib.get_close_matches(option, options, n=1)
     hint = f"; did you mean {group}={close[0]}?" if close else ""
     listed = f" (options: {', '.join(options)})" if options else ""

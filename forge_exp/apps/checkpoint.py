@@ -132,7 +132,7 @@ def set_aside(damaged: list[tuple[Path, str]]) -> list[str]:
 # it is laid out over processes (a sharded checkpoint reshards on load); not what it trains (model, algorithm, data,
 # rewards, engines, seed). Exact keys, then prefixes.
 RESUME_MAY_CHANGE = ("steps", "progress", "output_dir")
-RESUME_MAY_CHANGE_UNDER = ("eval.", "checkpoint.", "tracking.", "services.", "cluster.", "parallelism.",
+RESUME_MAY_CHANGE_UNDER = ("eval.", "checkpoint.", "tracking.", "logger.", "services.", "cluster.", "parallelism.",
                            "model.warmstart.")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forge_exp.config.algorithm import SFTAlgorithm
+from forge_exp.config.logger import extra_loggers
 from forge_exp.config.run import ForgeConfig
 from forge_exp.runtime.build import build, build_reward, locate
 
@@ -53,9 +54,12 @@ def check(config: ForgeConfig) -> None:
     if not config.reward.functions:
         raise ValueError("reward.functions is empty: give at least one reward function")
     build_reward(config.reward)
-    for key in ("trainer", "generator"):  # an engine that needs an extra says so now, not from its process
+    # an engine or a logger that needs an extra says so now, not from its process or the tracker's thread
+    components = {"trainer": config.trainer, "generator": config.generator}
+    components.update({f"logger.{name}": node for name, node in extra_loggers(config.logger).items()})
+    for key, node in components.items():
         try:
-            getattr(locate(getattr(config, key)._target_, key), "check_installed", lambda: None)()
+            getattr(locate(node._target_, key), "check_installed", lambda: None)()
         except ImportError as e:
             raise ValueError(str(e)) from None
     if (config.checkpoint.every or config.resume) and config.checkpoint.dir:  # (the CLI sets the default one)

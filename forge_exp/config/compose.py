@@ -3,6 +3,7 @@ algorithm.beta expanded): for scripts, benchmarks and tests.
 
     cfg = compose(["generator=vllm", "algorithm.beta=0"])     # the DictConfig Hydra hands the app
     config = typed(["services.generator.replicas=2"])         # validated: the ForgeConfig services receive
+    group_options("logger")                                   # ["mlflow", "tensorboard", "wandb"]
 """
 
 from __future__ import annotations
@@ -25,3 +26,13 @@ def compose(overrides: list[str] = ()) -> DictConfig:
 
 def typed(overrides: list[str] = ()) -> ForgeConfig:
     return validate(compose(overrides))
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group (conf/<group>/*.yaml), as shipped in the package; [] for no such group."""
+    from importlib.resources import files
+
+    folder = files("forge_exp.conf").joinpath(*group.split("/")) if group else None
+    if folder is None or not folder.is_dir():
+        return []
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))

@@ -8,9 +8,10 @@ group node that has none.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from forge_exp.checks import FieldError, at_least, seed, within
+from forge_exp.config.logger import check_loggers
 from forge_exp.config.reward import RewardConfig
 from forge_exp.config.services import ParallelismConfig, ServicesConfig
 
@@ -80,12 +81,16 @@ class ForgeConfig:
     cluster: Any = None  # config/cluster.py: where the meshes' hosts come from (this host, or a SLURM allocation)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    # config/logger.py: logger.<name> per chosen option (MLflow and any others); empty here, as the defaults list
+    # names mlflow (a default entry would join every selection)
+    logger: Dict[str, Any] = field(default_factory=dict)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     resume: bool = False  # continue from the newest checkpoint in checkpoint.dir, into the same MLflow run
 
     def __post_init__(self) -> None:
         at_least("steps", self.steps, 1)
         seed("seed", self.seed)
+        check_loggers(self.logger)
         if self.mode not in ("train", "eval"):
             raise FieldError("mode", f"must be train or eval, got {self.mode!r}")
         buffer = getattr(self.algorithm, "overlong_buffer", None)

@@ -10,6 +10,7 @@ from forge_exp.config.backends import TitanTrainerConfig, TrainerBackend
 from forge_exp.config.cluster import CLUSTER_SCHEMAS
 from forge_exp.config.dataset import DATASET_SCHEMAS
 from forge_exp.config.env import ENV_SCHEMAS
+from forge_exp.config.logger import LOGGER_SCHEMAS
 from forge_exp.config.model import MODEL_SCHEMAS
 from forge_exp.config.run import ForgeConfig
 from forge_exp.generators.options import NativeKnobs, VllmOptions
@@ -23,6 +24,7 @@ SCHEMAS = {
     "trainer": {"hf": TrainerBackend, "titan": TitanTrainerConfig},
     "generator": {"torch": NativeKnobs, "vllm": VllmOptions},
     "cluster": CLUSTER_SCHEMAS,
+    "logger": LOGGER_SCHEMAS,
 }
 # reward, services and parallelism have one shape each: the root schema types them (config/run.py)
 

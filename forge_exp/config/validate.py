@@ -34,6 +34,10 @@ def validate(cfg: DictConfig) -> ForgeConfig:
         if not isinstance(node, DictConfig) or not dataclasses.is_dataclass(OmegaConf.get_type(node)):
             raise ConfigError(f"{group}: the chosen option has no schema; its YAML must start with "
                               f"`defaults: [/schema/{group}/<kind>@_here_, _self_]` (see conf/{group}/)")
+    for name in cfg.get("logger") or {}:  # logger.<name>, one node per chosen option (config/logger.py)
+        if not dataclasses.is_dataclass(OmegaConf.get_type(cfg.logger._get_node(name))):
+            raise ConfigError(f"logger.{name} is not a logger; choose among conf/logger/ with e.g. "
+                              f"logger=[mlflow,tensorboard,wandb]")
     unknown = next(_unknown_keys(cfg, ""), None)
     if unknown is not None:
         raise ConfigError(f"{unknown} is not a config key{suggest(unknown, cfg)}")
@@ -41,10 +45,12 @@ def validate(cfg: DictConfig) -> ForgeConfig:
 
 
 def _typed(node: DictConfig, path: str):
-    """to_object, children first, so a failed range check is reported with the path of the node that holds it."""
+    """to_object, children first, so a failed range check is reported with the path of the node that holds it
+    (through plain dicts too: logger.<name>)."""
     for key in node.keys():
         child = node._get_node(key)
-        if isinstance(child, DictConfig) and not child._is_none() and dataclasses.is_dataclass(OmegaConf.get_type(child)):
+        kind = OmegaConf.get_type(child) if isinstance(child, DictConfig) and not child._is_none() else None
+        if kind is dict or dataclasses.is_dataclass(kind):
             _typed(child, f"{path}{key}.")
     try:
         return OmegaConf.to_object(node)
@@ -79,8 +85,8 @@ def all_keys(cfg: DictConfig) -> list[str]:
                 walk(child, f"{path}{key}.")
             else:
                 keys.append(f"{path}{key}")
-            if OmegaConf.get_type(node) is dict:
-                break  # free-form dicts (reward functions' kwargs): one example is enough
+            if OmegaConf.get_type(node) is dict and not dataclasses.is_dataclass(OmegaConf.get_type(child)):
+                break  # free-form dicts (reward functions' kwargs): one example is enough; typed ones (logger) all
     walk(cfg, "")
     return keys + [alias for alias, full in ALIASES.items() if full in keys]
 

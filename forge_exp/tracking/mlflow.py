@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
@@ -26,9 +25,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
-from forge_exp.tracking.store import (  # noqa: F401 — ensure_store: the sweep callback's too
+from forge_exp.tracking.loggers import Loggers
+from forge_exp.tracking.store import (  # noqa: F401 — ensure_store, ui_command: for the sweep callback and the CLI
     SPOOL_FILE, Ownership, TrackingRefused, briefly, create_experiment, ensure_store, last_logged_step,
-    quiet_store_errors, read_spool, send_rows, store_lock, store_log_note, wait_for, write_spool,
+    quiet_store_errors, read_spool, send_rows, store_lock, store_log_note, ui_command, wait_for, write_spool,
 )
 
 log = logging.getLogger(__name__)
@@ -84,13 +84,15 @@ class Tracker:
         hold: bool = False,
         run_dir: str | os.PathLike | None = None,
         close_wait_s: float = CLOSE_WAIT_S,
+        loggers: Mapping[str, Any] | None = None,
     ):
         """Returns at once; the store and the run are opened on the tracker's thread once begin() is called (see the
         module docstring). hold=True keeps metrics until commit(): with checkpoints, metrics reach MLflow only once
         the checkpoint that covers their steps is on disk, so a resumed run logs no step twice. `run_dir`: where the
         run claims its MLflow run (tracking/store.py: Ownership) and keeps metrics the store did not take.
         `resume_step`: the checkpoint a resumed run (run_id) continues from; steps after it that the run had logged
-        already (its newer checkpoint was damaged or removed) are trained again but not logged again."""
+        already (its newer checkpoint was damaged or removed) are trained again but not logged again. `loggers`: the
+        others the run logs to ({name: logger}, tracking/loggers.py), fed what MLflow is fed, closed with the run."""
         self.uri = uri
         self.hold = hold
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -100,6 +102,7 @@ class Tracker:
         self.resume_step, self._logged = resume_step, (0, 0)  # steps (after, through] MLflow has: not sent again
         self._retry_at, self._failures = 0.0, 0
         self.close_wait_s = close_wait_s
+        self.loggers = Loggers(loggers)
         self._metrics: list[tuple[str, float, int, int]] = []
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-exp-mlflow")
         self._queued: list[Future] = []
@@ -144,6 +147,7 @@ class Tracker:
             client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
             self._rewind(run_id)
         self._run_id = run_id
+        self.loggers.start(run_id, run_name or run_id, experiment)
         if self.run_dir is not None:
             self.spool = self.run_dir / SPOOL_FILE.format(run_id=run_id)
             self._unsent = read_spool(self.spool)
@@ -217,11 +221,9 @@ class Tracker:
         from mlflow.entities import Param
 
         existing = self._client.get_run(self._run_id).data.params
-        items = [
-            Param(k, str(v)[:MAX_PARAM_LEN])
-            for k, v in flatten(params).items()
-            if k not in existing
-        ]
+        flat = flatten(params)
+        self.loggers.params(flat)
+        items = [Param(k, str(v)[:MAX_PARAM_LEN]) for k, v in flat.items() if k not in existing]
         for i in range(0, len(items), 100):
             self._client.log_batch(self._run_id, params=items[i : i + 100])
 
@@ -263,8 +265,14 @@ class Tracker:
         to disk) and tried again on a later send; returns whether everything has been sent."""
         return self._now(self._deliver, list(rows))
 
+    def _accept(self, rows: list[tuple]) -> None:
+        """Rows on their way to MLflow (less the steps it has): the other loggers get them now, MLflow next."""
+        rows = self._not_logged(rows)
+        self.loggers.metrics(rows)
+        self._unsent.extend(rows)
+
     def _deliver(self, rows: list[tuple]) -> bool:
-        self._unsent.extend(self._not_logged(rows))
+        self._accept(rows)
         if not self._unsent or time.monotonic() < self._retry_at:
             self._save_unsent()
             return not self._unsent
@@ -306,7 +314,11 @@ class Tracker:
 
     # --- artifacts -----------------------------------------------------------------------------------------
     def log_text(self, text: str, path: str) -> None:
-        self._later(self._artifact, lambda: self._client.log_text(self._run_id, text, path))
+        self._later(self._text, text, path)
+
+    def _text(self, text: str, path: str) -> None:
+        self.loggers.text(text, path)
+        self._artifact(lambda: self._client.log_text(self._run_id, text, path))
 
     def log_table(self, columns: Mapping[str, list], path: str) -> None:
         data = dict(columns)
@@ -336,9 +348,10 @@ class Tracker:
             return done and not refused
         finally:
             self._io.shutdown(wait=True)
+            self.loggers.close(status)  # FINISHED, FAILED or KILLED, whether MLflow answered or not
 
     def _finish(self, rows: list[tuple], status: str, wait_s: float) -> bool:
-        self._unsent.extend(self._not_logged(rows))
+        self._accept(rows)
 
         def finish() -> None:
             if self._unsent:
@@ -383,17 +396,3 @@ class Tracker:
         base = self.uri.rstrip("/") if self.uri.startswith(("http://", "https://")) else UI
         return f"{base}/#/experiments/{self.experiment_id}/runs/{self.run_id}?workflowType=machine_learning"
 
-
-def ui_command(uri: str) -> str:
-    """The command that opens the UI on `uri`, runnable from where the user stands: the `mlflow` of this
-    interpreter's environment when `mlflow` is not on PATH (a venv that is not activated)."""
-    if uri.startswith(("http://", "https://")):
-        return f"open {uri}"
-    exe = Path(sys.executable).parent / "mlflow"
-    if shutil.which("mlflow") and Path(shutil.which("mlflow")).resolve() == exe.resolve():
-        mlflow = "mlflow"
-    elif exe.exists():
-        mlflow = os.path.relpath(exe) if not os.path.relpath(exe).startswith("../..") else str(exe)
-    else:
-        mlflow = f"{sys.executable} -m mlflow"
-    return f"{mlflow} ui --backend-store-uri {uri}"

@@ -23,8 +23,10 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -341,3 +343,18 @@ def wait_for(fn, seconds: float, every: float = 2.0):
             if time.monotonic() + every > deadline:
                 raise
             time.sleep(every)
+
+
+def ui_command(uri: str) -> str:
+    """The command that opens the UI on `uri`, runnable from where the user stands: the `mlflow` of this
+    interpreter's environment when `mlflow` is not on PATH (a venv that is not activated)."""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    exe = Path(sys.executable).parent / "mlflow"
+    if shutil.which("mlflow") and Path(shutil.which("mlflow")).resolve() == exe.resolve():
+        mlflow = "mlflow"
+    elif exe.exists():
+        mlflow = os.path.relpath(exe) if not os.path.relpath(exe).startswith("../..") else str(exe)
+    else:
+        mlflow = f"{sys.executable} -m mlflow"
+    return f"{mlflow} ui --backend-store-uri {uri}"

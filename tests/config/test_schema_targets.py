@@ -23,7 +23,8 @@ READ_ELSEWHERE = {
     "warmstart": "apps: the supervised warm start before RL (apps/common.py)",
 }
 # constructor parameters the caller passes beside the node (runtime/build.py: build(node, key, **extra))
-CALLER_GIVES = {"model", "device", "seed", "loss", "loss_inputs", "init_path", "lr", "weight_decay", "degrees"}
+CALLER_GIVES = {"model", "device", "seed", "loss", "loss_inputs", "init_path", "lr", "weight_decay", "degrees",
+                "run_dir"}  # run_dir: the tracker gives a logger the run's output dir (tracking/loggers.py)
 WHOLE_NODE = ("model", "loss", "generator", "trainer")
 
 

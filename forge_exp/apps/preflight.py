@@ -17,7 +17,7 @@ PREVIEW_ROWS = 5  # rows of a local file read to check the field mapping and the
 def resolve_model(config: ForgeConfig) -> list[str]:
     """What the model node leaves to the run, decided once here for every process: a .gguf file's HF folder
     (dequantized once and cached: models/gguf.py) and `dtype: auto` (models/precision.py). Returns what was decided,
-    one line each, for the log."""
+    one line each, for the log (and what the run will not do that a setting might suggest)."""
     from forge_exp.config.enums import plain
     from forge_exp.models.gguf import check_gguf, ensure_converted, is_gguf
     from forge_exp.models.precision import auto_dtype
@@ -33,6 +33,11 @@ def resolve_model(config: ForgeConfig) -> list[str]:
         dtype, why = auto_dtype(on_gpu)
         config.model.dtype = type(config.model.dtype)[dtype]
         notes.append(f"model.dtype=auto: {dtype} ({why})")
+    if getattr(config.generator, "enable_sleep_mode", False) and not isinstance(config.algorithm, SFTAlgorithm):
+        # docs/generators.md: Sleep mode
+        notes.append("generator.enable_sleep_mode=true: the GRPO loop does not put the engine to sleep while the "
+                     "trainer steps, as it samples the next batch meanwhile (rollouts overlap training); its memory is "
+                     "what generator.gpu_memory_utilization / kv_cache_gib allow")
     return notes
 
 

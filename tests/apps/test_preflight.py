@@ -103,3 +103,11 @@ def test_with_bad_rows_skipped_a_bad_first_row_is_left_to_the_stream_but_a_wrong
     with pytest.raises(ValueError, match=r"row 1: missing key 'solution' .*\(and every other of the first 2 rows: "
                                          r"dataset\.bad_rows=skip skips a few bad rows, not a wrong field mapping\)"):
         preflight(*wrong_key, "dataset.bad_rows=skip", "dataset.answer_key=solution")
+
+
+def test_the_log_says_why_a_sleep_mode_engine_is_never_put_to_sleep():
+    from forge_exp.apps.preflight import resolve_model
+
+    notes = resolve_model(validate(compose_cfg("generator=vllm", "generator.enable_sleep_mode=true")))
+    assert any(n.startswith("generator.enable_sleep_mode=true: the GRPO loop does not put") for n in notes), notes
+    assert not any("sleep" in n for n in resolve_model(validate(compose_cfg("generator=vllm"))))

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 from forge_exp.models.tiny import TinyQwen3  # noqa: E402
 from forge_exp.generators.base import Sampling  # noqa: E402
-from forge_exp.generators.vllm import VllmEngine  # noqa: E402
+from forge_exp.generators.vllm import VersionSpan, VllmEngine  # noqa: E402
 
 MAX_LEN = 512
 KNOBS = dict(kv_cache_gib=0.25, max_model_len=MAX_LEN)
@@ -244,6 +244,31 @@ def test_weight_update_mid_flight_switches_to_the_new_weights(engine, old, new, 
         assert [s.version for s in v.spans] == [7]
         check(new, prompt, v.generation.token_ids, v.generation.logprobs, 0.0, greedy=True)
     assert any(v.generation.token_ids != b.generation.token_ids[:40] for (v,), (b,) in zip(after, box["out"]))
+
+
+def test_without_the_0_32_api_a_completion_carries_the_version_it_was_sent_under(engine, old, new, restore):
+    """vLLM 0.26 has no per-token version spans, no version label and no `tokens_input` (docs/generators.md): with
+    those features off, the same engine stamps a completion that straddles an update with the older version, and
+    its tokens are still those of each version's weights."""
+    model, tokenizer = old
+    ps = prompts(tokenizer)
+    full = engine.features
+    engine.features = full._replace(weight_versions=False, tokens_input=False)
+    before = engine.version  # (earlier tests' updates moved it on)
+    try:
+        thread, box = in_background(engine, ps, Sampling(n=1, temperature=0.0, max_new_tokens=450))
+        assert engine._engine.output_processor.get_num_unfinished_requests() == engine.in_flight() > 0
+        assert engine.load_weights(new.state_dict().items(), version=before + 3) == before + 3
+        thread.join()
+        for prompt, (v,) in zip(ps, box["out"]):
+            assert v.spans == (VersionSpan(before, 0, 450),)  # the older version, over every token
+            check(model, prompt, v.generation.token_ids[:8], v.generation.logprobs[:8], 0.0, greedy=True)
+        after = run(engine.generate_versioned(ps, Sampling(n=1, temperature=0.0, max_new_tokens=20)))
+        for prompt, (v,) in zip(ps, after):
+            assert v.spans == (VersionSpan(before + 3, 0, 20),)
+            check(new, prompt, v.generation.token_ids, v.generation.logprobs, 0.0, greedy=True)
+    finally:
+        engine.features = full
 
 
 def test_updates_with_requests_in_flight_lose_none(engine, old, restore):

@@ -21,7 +21,7 @@ async def evaluate(cfg, s: Samplers, problems: list[Problem], step: int) -> dict
     the run's seed and the step). A multi-turn run adds how the policy uses its tools, and, for an environment
     whose tools can be switched off, the accuracy without them (every call answered with an error). No held-out
     problems (dataset.eval_size=0): no metrics."""
-    from forge_exp.apps.checkpoint import rollout_seed
+    from forge_exp.driver.checkpoint import rollout_seed
 
     out: dict[str, float] = {}
     if not problems:

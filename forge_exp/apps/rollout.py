@@ -9,7 +9,7 @@ calls it holds, and a chunk is scored while the others still generate. The metri
 
 A call with a `seed` gives chunk i the seed derive_seed(seed, i) (and a multi-turn episode's turns theirs): what is
 drawn depends on the seed and the problems, not on which replica answers or in which order, so a resumed run draws
-what the interrupted one would have (apps/checkpoint.py).
+what the interrupted one would have (driver/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from forge_exp.apps.faults import RunFailed
+from forge_exp.driver.faults import RunFailed
 from forge_exp.envs.report import episode_metrics
 from forge_exp.models.sampling import derive_seed
 from forge_exp.rewards.combine import component_means

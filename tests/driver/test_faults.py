@@ -1,4 +1,4 @@
-"""How a run ends when it does not finish (apps/faults.py): the reward watch, the stop request under real signals,
+"""How a run ends when it does not finish (driver/faults.py): the reward watch, the stop request under real signals,
 and the lines and exit codes the CLI prints for them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from forge_exp.apps.faults import NOT_STARTED, STOP_SIGNALS, RewardWatch, RunFailed, StopRequest, Stopped
+from forge_exp.driver.faults import NOT_STARTED, STOP_SIGNALS, RewardWatch, RunFailed, StopRequest, Stopped
 
 
 def test_a_reward_failing_too_often_for_n_steps_in_a_row_is_caught_with_its_error():

@@ -37,7 +37,7 @@ class Trainer(Actor):
         if sft:
             from forge_exp.trainers.sft import SFT_INPUTS as inputs
         else:
-            inputs = available_inputs(algorithm.beta)
+            inputs = available_inputs(algorithm.needs_reference)
         self.engine = build(
             trainer, "trainer", model=build(model, "model"), loss=build(algorithm.loss, "algorithm.loss"),
             device=device, lr=algorithm.lr, weight_decay=algorithm.weight_decay, loss_inputs=inputs,

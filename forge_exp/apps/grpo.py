@@ -14,16 +14,18 @@ next batch taken while a step trains, checkpoints, stop signals, progress) is th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from forge_exp.actors.dataset import DatasetService
 from forge_exp.actors.generator import Generator
 from forge_exp.actors.reference import ReferenceModel
 from forge_exp.actors.replay_buffer import ReplayBufferService
 from forge_exp.apps.common import (
-    evaluate, generator_sizes, response_budget, skip_warm_start, spawn_scorers, spawn_trainer, wants_warm_start,
-    warm_start, warm_start_dir,
+    EvalPlan, evaluate, generator_sizes, response_budget, samplers, skip_warm_start, spawn_scorers, spawn_trainer,
+    wants_warm_start, warm_start, warm_start_dir,
 )
 from forge_exp.apps.rollout import Samplers, rollout_metrics, sample_groups
+from forge_exp.config.algorithm import RLAlgorithm
 from forge_exp.data.collate import collate_episodes
 from forge_exp.driver.checkpoint import ResumeState, rollout_seed
 from forge_exp.driver.faults import RewardWatch
@@ -37,8 +39,29 @@ from forge_exp.runtime.services import Runtime, Service
 from forge_exp.tracking.mlflow import Tracker
 
 
+@dataclass(frozen=True)
+class GRPORun:
+    """What the loop reads of the config, decided once when the run is built."""
+
+    algorithm: RLAlgorithm  # batch, sampling, filters, advantages; needs_reference: the KL term's reference
+    steps: int
+    seed: int
+    response_budget: int  # the most tokens after a prompt: one completion's, or a whole episode's (multi-turn)
+    eval: EvalPlan
+    eval_every: int
+    checkpoint: Any  # the checkpoint node: dir, every, keep
+    progress: bool
+    reward_failures: tuple[float, int]  # reward.max_failure_rate, reward.failure_steps: then the run ends
+
+    @classmethod
+    def of(cls, cfg) -> GRPORun:
+        return cls(cfg.algorithm, cfg.steps, cfg.seed, response_budget(cfg), EvalPlan.of(cfg), cfg.eval.every,
+                   cfg.checkpoint, cfg.progress, (cfg.reward.max_failure_rate, cfg.reward.failure_steps))
+
+
 @dataclass
 class Handles:
+    run: GRPORun
     dataset: Service
     generator: Service
     samplers: Samplers  # generator + reward workers, or generator + environment workers (multi-turn)
@@ -72,25 +95,23 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     elif cached and not resume and wants_warm_start(cfg):  # RL then reads the prompts after the warm start's,
         await skip_warm_start(cfg, dataset)  # as it does after a fresh one: a cache hit changes nothing downstream
     generator = generator or spawn_generator()
-    s = Samplers(generator, **scorers, in_flight=cfg.services.generator.in_flight)
     buffer = runtime.spawn("replay_buffer", ReplayBufferService, cfg.algorithm.max_policy_age, cfg.seed)
     ref_model = None
-    if cfg.algorithm.beta > 0:  # with LoRA, the trainer's base with its adapters off (its `logprobs` endpoint)
+    if cfg.algorithm.needs_reference:  # with LoRA, the trainer's base with its adapters off (its `logprobs`)
         ref_model = trainer if cfg.model.lora.rank is not None else runtime.spawn(
             "ref_model", ReferenceModel, cfg.model, init_path, cfg.algorithm.temperature)
     await trainer.route().push_weights.call_one(generator.fanout())  # generators start at the trainer's version
     pad_id = await generator.route().pad_id.call_one()
-    h = Handles(dataset, generator, s, trainer, buffer, ref_model, pad_id, warm)
+    h = Handles(GRPORun.of(cfg), dataset, generator, samplers(cfg, generator, scorers), trainer, buffer, ref_model,
+                pad_id, warm)
     if resume and resume.loop:  # the prompt stream and the replay buffer as the interrupted run left them
         await restore(dataset, buffer, resume.loop)
     return h
 
 
-async def rollouts(cfg, h: Handles, overlap: Overlap) -> None:
+async def rollouts(h: Handles, overlap: Overlap) -> None:
     """Fill the replay buffer, a batch at a time; batch b's draws are seeded by (run seed, b, attempt)."""
-    a = cfg.algorithm
-    max_len = response_budget(cfg)
-    multi_turn = h.samplers.env is not None
+    a, max_len, multi_turn = h.run.algorithm, h.run.response_budget, h.samplers.multi_turn
     async for b in overlap.rollout_batches():  # each within max_policy_age of the generators' weights
         # Dynamic sampling (DAPO): drop groups whose rewards are all equal, refill up to max_sampling_attempts.
         sampler = DynamicSampling(a.prompts_per_step, a.max_sampling_attempts, enabled=a.dynamic_sampling)
@@ -98,8 +119,8 @@ async def rollouts(cfg, h: Handles, overlap: Overlap) -> None:
         generated = {"generator/seconds": 0.0, "generator/tokens": 0.0}
         while not sampler.done:
             problems = await h.dataset.route().sample.call_one(sampler.needed)
-            groups, gen_metrics = await sample_groups(cfg, h.samplers, problems, a.group_size, a.temperature,
-                                                      a.top_p, seed=rollout_seed(cfg.seed, b, sampler.attempts))
+            groups, gen_metrics = await sample_groups(h.samplers, problems, a.group_size, a.temperature, a.top_p,
+                                                      seed=rollout_seed(h.run.seed, b, sampler.attempts))
             sampler.add(groups)
             seen += groups
             generated = {k: generated.get(k, 0.0) + v for k, v in gen_metrics.items()}  # over every attempt
@@ -127,29 +148,28 @@ def sample_rows(groups: list[Group], multi_turn: bool) -> list[dict]:
              "target": g.problem.target, "reward": g.rewards[0]}]
 
 
-async def train(cfg, h: Handles, tracker: Tracker, resume: ResumeState | None = None) -> dict[str, float]:
-    a = cfg.algorithm
-    steps = Steps("grpo", cfg.steps, tracker, h.trainer, cfg.checkpoint, cfg.eval.every, cfg.progress, resume)
+async def train(h: Handles, tracker: Tracker, resume: ResumeState | None = None) -> dict[str, float]:
+    run, a = h.run, h.run.algorithm
+    steps = Steps("grpo", run.steps, tracker, h.trainer, run.checkpoint, run.eval_every, run.progress, resume)
     heldout = await h.dataset.route().eval_problems.call_one()
-    start = await steps.opening(lambda: evaluate(cfg, h.samplers, heldout, step=0),
+    start = await steps.opening(lambda: evaluate(h.samplers, heldout, 0, run.eval),
                                 "eval/accuracy" if heldout else None)
     tracker.begin()  # every process is up: the MLflow run is created while the first steps run
     overlap = Overlap(steps, h.buffer, h.dataset, a.prompts_per_step * a.group_size, a.max_policy_age,
-                      RewardWatch(cfg.reward.max_failure_rate, cfg.reward.failure_steps),
-                      lambda: h.samplers.reward.route().errors.call_one())
-    async with overlap.running(rollouts(cfg, h, overlap)):
+                      RewardWatch(*run.reward_failures), lambda: h.samplers.reward.route().errors.call_one())
+    async with overlap.running(rollouts(h, overlap)):
         async for step, episodes in overlap.training_batches():  # the next one is taken while this one trains
             batch = collate_episodes(episodes, h.pad_id)
             metrics = await h.trainer.route().train_step.call_one(batch)                         # version step
             metrics.update(await h.trainer.route().push_weights.call_one(h.generator.fanout()))  # to generators
             overlap.publish(step, metrics, batch.policy_versions)                                # rollouts go on
             if steps.eval_due(step):
-                metrics.update(await evaluate(cfg, h.samplers, heldout, step=step))
+                metrics.update(await evaluate(h.samplers, heldout, step, run.eval))
             await overlap.end_step(step, metrics)  # log, checkpoint, reward watch, stall warning, progress
-    end = await evaluate(cfg, h.samplers, heldout, step=cfg.steps)
-    tracker.log_metrics(end, step=cfg.steps)
+    end = await evaluate(h.samplers, heldout, run.steps, run.eval)
+    tracker.log_metrics(end, step=run.steps)
     if (bad := (await h.dataset.route().state.call_one())["bad_rows"]) is not None:  # dataset.bad_rows=skip's count
-        tracker.log_metrics({"data/bad_rows": float(bad)}, step=cfg.steps)
+        tracker.log_metrics({"data/bad_rows": float(bad)}, step=run.steps)
     if overlap.samples:
         tracker.log_table({k: [row[k] for row in overlap.samples] for k in overlap.samples[0]},
                           "samples/completions.json")

@@ -54,8 +54,8 @@ def check(config: ForgeConfig) -> None:
 
         check_loss_inputs(loss, SFT_INPUTS, key="algorithm.loss (algorithm=sft)")
     else:
-        check_loss_inputs(loss, available_inputs(config.algorithm.beta))
-        probe_loss(loss, available_inputs(config.algorithm.beta))
+        check_loss_inputs(loss, available_inputs(config.algorithm.needs_reference))
+        probe_loss(loss, available_inputs(config.algorithm.needs_reference))
     if not config.reward.functions:
         raise ValueError("reward.functions is empty: give at least one reward function")
     build_reward(config.reward)

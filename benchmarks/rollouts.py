@@ -30,8 +30,8 @@ from omegaconf import OmegaConf
 
 from forge_exp.actors.dataset import DatasetService
 from forge_exp.actors.generator import Generator
-from forge_exp.apps.common import generator_sizes, spawn_scorers
-from forge_exp.apps.rollout import Samplers, sample_groups
+from forge_exp.apps.common import generator_sizes, samplers, spawn_scorers
+from forge_exp.apps.rollout import sample_groups
 from forge_exp.config.compose import compose, typed
 from forge_exp.runtime.layout import plan_for
 from forge_exp.runtime.services import Runtime
@@ -62,12 +62,12 @@ async def measure(overrides: list[str], batches: int, warmup: int) -> dict:
         dataset = runtime.spawn("dataset", DatasetService, cfg.dataset, cfg.model)
         generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed,
                                   generator_sizes(cfg))
-        s = Samplers(generator, **spawn_scorers(cfg, runtime), in_flight=cfg.services.generator.in_flight)
+        s = samplers(cfg, generator, spawn_scorers(cfg, runtime))
         seconds, tokens = [], []
         for i in range(warmup + batches):
             problems = await dataset.route().sample.call_one(a.prompts_per_step)
             t0 = time.perf_counter()
-            _, metrics = await sample_groups(cfg, s, problems, a.group_size, a.temperature, a.top_p)
+            _, metrics = await sample_groups(s, problems, a.group_size, a.temperature, a.top_p)
             if i >= warmup:
                 seconds.append(time.perf_counter() - t0)
                 tokens.append(metrics["generator/tokens"])

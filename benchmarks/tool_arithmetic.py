@@ -4,7 +4,7 @@ multi-turn calculator episodes, measuring held-out accuracy with and without the
     .venv/bin/python benchmarks/tool_arithmetic.py                       # results/tool_arithmetic_cpu.json
     .venv/bin/python benchmarks/tool_arithmetic.py --seed 1 --out /tmp/r.json
 
-The same pieces the platform's loop uses (envs.run_episodes, rl.episodes.to_episodes, data.collate,
+The same pieces the platform's loop uses (envs.run_episodes, rl.episodes, data.collate,
 trainers.update.policy_update with GRPOLoss), without services: the generator is the policy itself, in this process, so
 every episode is on-policy. The warm start is cached under ~/.cache/forge-exp/warmstart, keyed by its settings.
 """
@@ -31,7 +31,7 @@ from forge_exp.models.hf import load_causal_lm
 from forge_exp.models.tiny import TinyQwen3
 from forge_exp.models.tokenizer import TOOL_ALPHABET, build_char_tokenizer
 from forge_exp.models.warmstart import warmstart
-from forge_exp.rl.episodes import to_episodes
+from forge_exp.rl.episodes import group_advantages, to_episodes
 from forge_exp.rl.filters import has_mixed_rewards
 from forge_exp.rl.losses import GRPOLoss
 from forge_exp.trainers.update import Policy, policy_update
@@ -125,7 +125,8 @@ async def main() -> None:
         kept = [g for g in groups if has_mixed_rewards(g)]  # zero-variance groups carry no gradient
         train = {}
         if kept:
-            batch = collate_episodes(to_episodes(kept, "group_norm", 1e-6, False, 0, 0), tokenizer.pad_token_id)
+            batch = collate_episodes(to_episodes(kept, group_advantages(kept, "group_norm", 1e-6)),
+                                     tokenizer.pad_token_id)
             train = policy_update(policy, batch, grad_accum=1, max_grad_norm=1.0,
                                   temperature=args.temperature)
         steps.append({"step": step, "seconds": time.perf_counter() - s0, "groups_kept": len(kept), **rollout,

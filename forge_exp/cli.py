@@ -27,7 +27,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import forge_exp.launch.resources  # noqa: F401 — the resolvers conf/hydra/launcher/*.yaml use
-from forge_exp.apps.faults import EXIT_CONFIG, EXIT_FAILED, NOT_STARTED, STOP, RunFailed, Stopped, stop_signals
+from forge_exp.driver.faults import EXIT_CONFIG, EXIT_FAILED, NOT_STARTED, STOP, RunFailed, Stopped, stop_signals
 from forge_exp.apps.rundir import claim_given, held, own_dirs
 from forge_exp.config.aliases import expand
 from forge_exp.config.enums import plain
@@ -65,7 +65,7 @@ VERBOSE = False  # --verbose: a failure's traceback or report on stderr too, not
 
 
 def run(cfg: DictConfig) -> float | None:
-    """The Hydra task: one experiment. How it can end: apps/faults.py (exit codes, MLflow status, last line)."""
+    """The Hydra task: one experiment. How it can end: driver/faults.py (exit codes, MLflow status, last line)."""
     t0 = time.time()
     try:
         config = validate(cfg)
@@ -82,7 +82,7 @@ def run(cfg: DictConfig) -> float | None:
 
             if problem := slurm_problem("cluster=slurm", "cluster=local"):
                 raise ValueError(problem)
-        from forge_exp.apps.checkpoint import config_changes, resume_point, set_aside
+        from forge_exp.driver.checkpoint import config_changes, resume_point, set_aside
         from forge_exp.tracking.answers import check_names
         from forge_exp.tracking.mlflow import default_tracking_uri
         from forge_exp.tracking.store import check_store
@@ -114,7 +114,7 @@ def run(cfg: DictConfig) -> float | None:
 
 def _track(cfg, config, uri, resume, resolved, changes) -> tuple[dict[str, float], object]:
     from forge_exp.apps import run_app  # imports monarch: only after the config is known to be good
-    from forge_exp.apps.checkpoint import clean_partial
+    from forge_exp.driver.checkpoint import clean_partial
     from forge_exp.config.logger import extra_loggers
     from forge_exp.runtime.build import build
     from forge_exp.runtime.hosts import hosts_for
@@ -220,7 +220,7 @@ async def _run(run_app, config, runtime, tracker, resume) -> dict[str, float]:
 def _newest(config) -> str | None:
     """The newest checkpoint of this run (its dir is this run's alone), without reading its weights to verify
     them: the time between SIGTERM and SLURM's SIGKILL is short."""
-    from forge_exp.apps.checkpoint import latest
+    from forge_exp.driver.checkpoint import latest
 
     newest = latest(config.checkpoint.dir, verify=False)
     return f"{newest.path} (step {newest.step})" if newest else None

@@ -133,9 +133,9 @@ def on_import(name: str, module) -> None:
         module.build = timed("grpo.build", module.build)
         train = module.train
 
-        async def train_then_probe(cfg, h, tracker, resume=None):
+        async def train_then_probe(*args, **kwargs):
             t0 = time.time()
-            out = await train(cfg, h, tracker, resume)
+            out = await train(*args, **kwargs)
             event("grpo.train", t0, time.time())
             t1 = time.time()
             await probe_all()

@@ -70,7 +70,7 @@ def main() -> None:
     init = args.init or next(iter(sorted(glob.glob(str(CACHE / "tiny-*")))), None)
     spec = TinyQwen3(path=init)
     trainer = HFTrainer(spec, GRPOLoss(beta=0.0), device=torch.device("cpu"), lr=1e-4, weight_decay=0.0,
-                        init_path=init, loss_inputs=update.available_inputs(0.0))
+                        init_path=init, loss_inputs=update.available_inputs(reference=False))
     batch = batch_of(trainer.tokenizer)
 
     phases: dict[str, list[float]] = defaultdict(list)

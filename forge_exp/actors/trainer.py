@@ -37,7 +37,7 @@ class Trainer(Actor):
         if sft:
             from forge_exp.trainers.sft import SFT_INPUTS as inputs
         else:
-            inputs = available_inputs(algorithm.beta)
+            inputs = available_inputs(algorithm.needs_reference)
         self.engine = build(
             trainer, "trainer", model=build(model, "model"), loss=build(algorithm.loss, "algorithm.loss"),
             device=device, lr=algorithm.lr, weight_decay=algorithm.weight_decay, loss_inputs=inputs,
@@ -49,18 +49,13 @@ class Trainer(Actor):
         self.version = resume_step
 
     @endpoint
-    async def train_step(self, batch: TrainBatch, publish_to=None) -> dict[str, float]:
-        """One optimizer step: version v → v+1. With `publish_to` (the generator mesh) v+1 is then pushed as
-        push_weights does, in the same call: the loop's step is one round trip, and sync/seconds says how long the
-        push took."""
+    async def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step: version v → v+1 (push_weights then sends it to the generators)."""
         a = self.algorithm
         metrics = self.engine.train_step(batch, grad_accum=a.grad_accum, max_grad_norm=a.max_grad_norm,
                                          temperature=a.temperature, mask_truncated=a.overlong_filter,
                                          version=self.version)
         self.version += 1
-        if publish_to is not None:
-            metrics["sync/seconds"] = await self._publish(publish_to)
-            metrics["sync/bytes"] = float(self._publisher.payload_bytes)
         return {**metrics, "train/version": self.version}
 
     @endpoint
@@ -73,11 +68,12 @@ class Trainer(Actor):
         return self.engine.sft_eval(batches)
 
     @endpoint
-    async def push_weights(self, generators) -> float:
+    async def push_weights(self, generators) -> dict[str, float]:
         """Publish the current weights (version self.version) to every generator replica and wait until each holds
-        a snapshot; returns seconds taken. runtime/weight_sync.py picks the path: a process-local copy, CUDA IPC,
-        shared CPU memory, or CPU tensors in the message."""
-        return await self._publish(generators)
+        a snapshot: how long it took (sync/seconds) and how much was sent (sync/bytes). runtime/weight_sync.py picks
+        the path: a process-local copy, CUDA IPC, shared CPU memory, or CPU tensors in the message."""
+        seconds = await self._publish(generators)
+        return {"sync/seconds": seconds, "sync/bytes": float(self._publisher.payload_bytes)}
 
     async def _publish(self, generators) -> float:
         t0 = time.perf_counter()

@@ -22,5 +22,5 @@ async def _grpo(config, runtime, tracker, resume) -> dict[str, float]:
     handles = await grpo.build(config, runtime, resume)
     if handles.warm_start:
         tracker.log_metrics(handles.warm_start, step=0)
-    summary = await grpo.train(config, handles, tracker, resume)
+    summary = await grpo.train(handles, tracker, resume)
     return {**handles.warm_start, **summary}

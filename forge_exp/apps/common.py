@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import statistics
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from forge_exp.apps.rollout import Samplers, sample_groups, task_accuracy
@@ -16,34 +16,54 @@ from forge_exp.rl.types import Problem
 from forge_exp.runtime.services import Service
 
 
-async def evaluate(cfg, s: Samplers, problems: list[Problem], step: int) -> dict[str, float]:
-    """Greedy accuracy on the held-out problems (and each task's, for a mix); with eval.pass_k > 1 also pass@k at eval.temperature (seeded by
-    the run's seed and the step). A multi-turn run adds how the policy uses its tools, and, for an environment
-    whose tools can be switched off, the accuracy without them (every call answered with an error). No held-out
-    problems (dataset.eval_size=0): no metrics."""
-    from forge_exp.apps.checkpoint import rollout_seed
+@dataclass(frozen=True)
+class EvalPlan:
+    """How a run evaluates, read once from the config (`eval.*`, the run's seed, `env.tools_enabled`)."""
+
+    pass_k: int
+    temperature: float  # pass@k's
+    seed: int
+    no_tool_control: bool  # the environment's tools can be switched off: also the accuracy without them
+
+    @classmethod
+    def of(cls, cfg) -> EvalPlan:
+        return cls(cfg.eval.pass_k, cfg.eval.temperature, cfg.seed, getattr(cfg.env, "tools_enabled", False))
+
+
+async def evaluate(s: Samplers, problems: list[Problem], step: int, plan: EvalPlan) -> dict[str, float]:
+    """Greedy accuracy on the held-out problems (and each task's, for a mix); with pass_k > 1 also pass@k at the
+    plan's temperature (seeded by the run's seed and the step). A multi-turn run adds how the policy uses its tools,
+    and, for an environment whose tools can be switched off, the accuracy without them (every call answered with an
+    error). No held-out problems (dataset.eval_size=0): no metrics."""
+    from forge_exp.driver.checkpoint import rollout_seed
 
     out: dict[str, float] = {}
     if not problems:
         return out
-    groups, _ = await sample_groups(cfg, s, problems, 1, 0.0, 1.0)
+    groups, _ = await sample_groups(s, problems, 1, 0.0, 1.0)
     out["eval/accuracy"] = statistics.fmean(float(g.correct[0]) for g in groups)
     out["eval/reward"] = statistics.fmean(g.rewards[0] for g in groups)
     out.update(task_accuracy(groups, "eval"))  # a mix of tasks: each one's own (eval/<task>/accuracy)
-    if s.env is not None:
+    if s.multi_turn:
         episodes = episode_metrics(groups)
         out.update({f"eval/{k}": episodes[f"env/{k}"] for k in ("tool_call_rate", "turns_mean", "malformed_rate")})
-        if getattr(cfg.env, "tools_enabled", False):
-            groups, _ = await sample_groups(cfg, s, problems, 1, 0.0, 1.0, env_overrides={"tools_enabled": False})
+        if plan.no_tool_control:
+            groups, _ = await sample_groups(s, problems, 1, 0.0, 1.0, env_overrides={"tools_enabled": False})
             out["eval/accuracy_no_tool"] = statistics.fmean(float(g.correct[0]) for g in groups)
-    k = cfg.eval.pass_k
+    k = plan.pass_k
     if k > 1:
-        groups, _ = await sample_groups(cfg, s, problems, k, cfg.eval.temperature, 1.0,
-                                        seed=rollout_seed(cfg.seed, -1 - step, 0))  # negative: evaluations' own
+        groups, _ = await sample_groups(s, problems, k, plan.temperature, 1.0,
+                                        seed=rollout_seed(plan.seed, -1 - step, 0))  # negative: evaluations' own
         out[f"eval/pass_at_{k}"] = statistics.fmean(  # pass@k; MLflow refuses '@' in a metric name
             float(any(g.correct)) for g in groups
         )
     return out
+
+
+def samplers(cfg, generator: Service, scorers: dict[str, Service]) -> Samplers:
+    """The run's samplers (scorers: spawn_scorers'), with what they read of the config."""
+    return Samplers(generator, **scorers, in_flight=cfg.services.generator.in_flight,
+                    max_new_tokens=cfg.dataset.max_new_tokens, reward_functions=tuple(cfg.reward.functions))
 
 
 def spawn_scorers(cfg, runtime) -> dict[str, Service]:

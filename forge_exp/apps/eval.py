@@ -16,8 +16,7 @@ from __future__ import annotations
 import time
 
 from forge_exp.actors.generator import Generator
-from forge_exp.apps.common import evaluate, generator_sizes, spawn_scorers
-from forge_exp.apps.rollout import Samplers
+from forge_exp.apps.common import EvalPlan, evaluate, generator_sizes, samplers, spawn_scorers
 from forge_exp.runtime.build import build
 from forge_exp.runtime.services import Runtime
 from forge_exp.tracking.mlflow import Tracker
@@ -29,10 +28,10 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume=None) -> dict[str,
         raise ValueError(f"dataset {cfg.dataset.name} has no held-out problems to evaluate: set its eval split "
                          f"and a dataset.eval_size > 0 (null = the whole split)")
     generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed, generator_sizes(cfg))
-    samplers = Samplers(generator, **spawn_scorers(cfg, runtime), in_flight=cfg.services.generator.in_flight)
+    s = samplers(cfg, generator, spawn_scorers(cfg, runtime))
     tracker.begin()  # the MLflow run is created while the generator starts and evaluates (tracking/mlflow.py)
     t0 = time.perf_counter()
-    metrics = await evaluate(cfg, samplers, problems, step=0)
+    metrics = await evaluate(s, problems, step=0, plan=EvalPlan.of(cfg))
     metrics.update({"eval/problems": float(len(problems)), "eval/seconds": time.perf_counter() - t0})
     tracker.log_metrics(metrics, step=0)
     print("forge-exp: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))

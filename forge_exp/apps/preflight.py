@@ -49,13 +49,14 @@ def check(config: ForgeConfig) -> None:
     from forge_exp.runtime.layout import check_gpus, plan_for
 
     loss = build(config.algorithm.loss, "algorithm.loss")
-    if isinstance(config.algorithm, SFTAlgorithm):
+    sft = isinstance(config.algorithm, SFTAlgorithm)
+    if sft:
         from forge_exp.trainers.hf import SFT_INPUTS
 
         check_loss_inputs(loss, SFT_INPUTS, key="algorithm.loss (algorithm=sft)")
     else:
-        check_loss_inputs(loss, available_inputs(config.algorithm.beta))
-        probe_loss(loss, available_inputs(config.algorithm.beta))
+        check_loss_inputs(loss, available_inputs(config.algorithm.needs_reference))
+        probe_loss(loss, available_inputs(config.algorithm.needs_reference))
     if not config.reward.functions:
         raise ValueError("reward.functions is empty: give at least one reward function")
     build_reward(config.reward)
@@ -74,8 +75,8 @@ def check(config: ForgeConfig) -> None:
     model = build(config.model, "model")
     model.check_available()
     check_lora(model)
-    check_context(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
-    check_dataset(config, model, sft=isinstance(config.algorithm, SFTAlgorithm))
+    check_context(config, model, sft=sft)
+    check_dataset(config, model, sft=sft)
     if config.env.multi_turn:
         check_env(config, model)
     meshes = plan_for(config)

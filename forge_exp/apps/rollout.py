@@ -9,7 +9,7 @@ calls it holds, and a chunk is scored while the others still generate. The metri
 
 A call with a `seed` gives chunk i the seed derive_seed(seed, i) (and a multi-turn episode's turns theirs): what is
 drawn depends on the seed and the problems, not on which replica answers or in which order, so a resumed run draws
-what the interrupted one would have (apps/checkpoint.py).
+what the interrupted one would have (driver/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from forge_exp.apps.faults import RunFailed
+from forge_exp.driver.faults import RunFailed
 from forge_exp.envs.report import episode_metrics
 from forge_exp.models.sampling import derive_seed
 from forge_exp.rewards.combine import component_means
@@ -32,16 +32,22 @@ from forge_exp.runtime.services import Service
 @dataclass
 class Samplers:
     """The services that turn problems into scored groups: reward workers for single-turn runs, environment
-    workers for multi-turn ones (the other is None)."""
+    workers for multi-turn ones (the other is None), and what they read of the config (apps/common.py: samplers)."""
 
     generator: Service
     reward: Service | None = None
     env: Service | None = None
     in_flight: int = 1  # calls per generator replica at once (services.generator.in_flight)
+    max_new_tokens: int = 0  # a single-turn completion's budget (dataset.max_new_tokens)
+    reward_functions: tuple[str, ...] = ()  # reward.functions' names, for the errors that name one
 
     @property
     def chunks(self) -> int:
         return self.generator.replicas * self.in_flight
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.env is not None
 
 
 def chunked(items: list, count: int) -> list[list]:
@@ -56,7 +62,7 @@ def chunked(items: list, count: int) -> list[list]:
     return out
 
 
-async def sample_groups(cfg, s: Samplers, problems: list[Problem], n: int, temperature: float, top_p: float,
+async def sample_groups(s: Samplers, problems: list[Problem], n: int, temperature: float, top_p: float,
                         env_overrides: dict | None = None, seed: int | None = None,
                         ) -> tuple[list[Group], dict[str, float]]:
     """n scored samples of each problem (groups in the problems' order) and the call's generation metrics. `seed`
@@ -64,12 +70,12 @@ async def sample_groups(cfg, s: Samplers, problems: list[Problem], n: int, tempe
     t0 = time.perf_counter()
     seeds = (None if seed is None else derive_seed(seed, i) for i in range(s.chunks))
     parts = await asyncio.gather(*(
-        _sample_chunk(cfg, s, chunk, n, temperature, top_p, env_overrides, chunk_seed)
+        _sample_chunk(s, chunk, n, temperature, top_p, env_overrides, chunk_seed)
         for chunk, chunk_seed in zip(chunked(problems, s.chunks), seeds)
     ))
     seconds = time.perf_counter() - t0
     groups = [g for chunk_groups, _ in parts for g in chunk_groups]
-    check_rewards(cfg, groups)
+    check_rewards(s.reward_functions, groups)
     tokens = sum(m["generator/tokens"] for _, m in parts)
     metrics = {
         "generator/seconds": seconds,
@@ -82,19 +88,19 @@ async def sample_groups(cfg, s: Samplers, problems: list[Problem], n: int, tempe
     return groups, metrics
 
 
-async def _sample_chunk(cfg, s: Samplers, problems, n, temperature, top_p, env_overrides, seed):
-    if s.env is not None:
+async def _sample_chunk(s: Samplers, problems, n, temperature, top_p, env_overrides, seed):
+    if s.multi_turn:
         return await s.env.route().episodes.call_one(problems, s.generator.route(), n, temperature, top_p,
                                                      env_overrides, seed)
     groups, metrics = await s.generator.route().generate.call_one(problems, n, temperature, top_p,
-                                                                  cfg.dataset.max_new_tokens, seed=seed)
+                                                                  s.max_new_tokens, seed=seed)
     return await s.reward.route().score.call_one(groups), metrics
 
 
 FLOAT32_MAX = 3.4028234663852886e38  # advantages and the loss carry rewards as float32 (rl/advantages.py)
 
 
-def check_rewards(cfg, groups: list[Group]) -> None:
+def check_rewards(reward_functions: tuple[str, ...], groups: list[Group]) -> None:
     """Every completion's reward must be a finite float32: a larger one (±1e308, a weighted sum that overflowed)
     would end as inf or NaN in the means, the advantages and the loss. RunFailed names the reward function whose
     value is largest."""
@@ -104,7 +110,7 @@ def check_rewards(cfg, groups: list[Group]) -> None:
                 continue
             values = {k: v for k, v in parts.items() if not k.startswith("failed/")} or {"reward": total}
             name = max(values, key=lambda k: abs(values[k]) if not math.isnan(values[k]) else math.inf)
-            who = f"reward.functions.{name}" if name in cfg.reward.functions else f"the reward ({name})"
+            who = f"reward.functions.{name}" if name in reward_functions else f"the reward ({name})"
             raise RunFailed(f"{who} returned {values[name]:g} (the completion's reward: {total:g}): rewards are "
                             f"carried as float32, whose range ends at ±3.4e+38, and their means and advantages "
                             f"would not be finite; return values well inside it")

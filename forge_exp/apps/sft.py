@@ -18,11 +18,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
-from forge_exp.apps.checkpoint import ResumeState, save_checkpoint
 from forge_exp.apps.common import spawn_trainer
 from forge_exp.data.sft import SFTData, describe
+from forge_exp.driver.checkpoint import ResumeState
+from forge_exp.driver.steps import Steps
 from forge_exp.runtime.build import build
 from forge_exp.runtime.services import Runtime, Service
 from forge_exp.tracking.mlflow import Tracker
@@ -36,38 +35,28 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume: ResumeState | Non
     data = SFTData(build(cfg.dataset, "dataset"), build(cfg.model, "model").tokenizer(), a.max_seq_len,
                    a.batch_size, a.packing)
     heldout = data.eval_batches()
-    first = resume.step + 1 if resume else 1
-    batches = data.train_batches(skip=first - 1)  # the stream is seeded: a resumed run sees the same batches
+    batches = data.train_batches(skip=resume.step if resume else 0)  # seeded: a resumed run sees the same ones
     trainer = await spawn_trainer(cfg, runtime, str(resume.path) if resume else None,
                                   resume.step if resume else 0, total_steps=cfg.steps)
     tracker.begin()  # the trainer is up: the MLflow run is created while it works (tracking/mlflow.py)
-    if resume:  # the start-of-run evaluation was logged by the run being resumed
-        start = {"eval/loss": tracker.metric_at("eval/loss", 0)} if heldout else {}
-    else:
-        start = await evaluate(trainer, heldout)
-        tracker.log_metrics(start, step=0)
-    bar = tqdm(total=cfg.steps, initial=first - 1, desc="sft", disable=not cfg.progress, dynamic_ncols=True)
+    steps = Steps("sft", cfg.steps, tracker, trainer, cfg.checkpoint, cfg.eval.every, cfg.progress, resume)
+    start = await steps.opening(lambda: evaluate(trainer, heldout), "eval/loss" if heldout else None)
     metrics: dict[str, float] = {}
     try:
-        for step in range(first, cfg.steps + 1):
+        for step in steps:
             t0 = time.perf_counter()
             batch = next(batches)
-            if step == first:
+            if step == steps.first:
                 tracker.log_table(describe(batch, data.tokenizer), "samples/sft_examples.json")
             metrics = await trainer.route().sft_step.call_one(batch)
             metrics.update(data.metrics())
             metrics["time/step_seconds"] = time.perf_counter() - t0
-            if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
+            if steps.eval_due(step):
                 metrics.update(await evaluate(trainer, heldout))
-            tracker.log_metrics(metrics, step=step)
-            if step % 10 == 0:
-                tracker.flush()
-            if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
-                await save_checkpoint(cfg, trainer, tracker, step)
-            bar.update(1)
-            bar.set_postfix(loss=f"{metrics['loss/total']:.3f}", lr=f"{metrics['train/lr']:.2e}")
+            await steps.logged(step, metrics)  # and a checkpoint every checkpoint.every steps
+            steps.advance(loss=f"{metrics['loss/total']:.3f}", lr=f"{metrics['train/lr']:.2e}")
     finally:
-        bar.close()
+        steps.close()
     end = await evaluate(trainer, heldout)
     tracker.log_metrics(end, step=cfg.steps)
     final = Path(cfg.checkpoint.dir or Path(cfg.output_dir or ".") / "checkpoints") / FINAL

@@ -56,6 +56,13 @@ class AlgorithmBase:
         positive("max_grad_norm", self.max_grad_norm)
         at_least("grad_accum", self.grad_accum, 1)
 
+    @property
+    def needs_reference(self) -> bool:
+        """The loss has a KL term to a reference policy (beta > 0): every episode carries the reference model's
+        logprobs, which a reference model (or, with LoRA, the trainer's base with its adapters off) computes. The
+        one place that decides it."""
+        return self.beta > 0
+
 
 @dataclass
 class RLAlgorithm(AlgorithmBase):
@@ -94,7 +101,7 @@ class RLAlgorithm(AlgorithmBase):
 
     @property
     def beta(self) -> float:
-        """The KL coefficient of the loss (0 for a loss without one): a reference model runs only when > 0."""
+        """The KL coefficient of the loss (0 for a loss without one); see needs_reference."""
         return float(getattr(self.loss, "beta", 0.0) or 0.0)
 
     def overlong_buffer_len(self, max_len: int) -> int:

@@ -102,6 +102,14 @@ class DynamicSampling:
         """The kept groups, at most `target` (extra groups of the last round are dropped)."""
         return self.kept[: self.target]
 
+    def top_up(self, seen: list[Group]) -> list[Group]:
+        """Exhausted: the dropped groups of `seen` (every group of every round) that fill the batch, rather than a
+        stalled run (zero advantage: they add no gradient); [] otherwise."""
+        if not self.exhausted:
+            return []
+        kept = {id(g) for g in self.take()}
+        return [g for g in seen if id(g) not in kept][: self.needed]
+
     def metrics(self) -> dict[str, float]:
         return {
             "filter/groups_seen": float(self.seen),

@@ -2,7 +2,7 @@
 that skips freeing the interpreter.
 
 A stop signal is the controller's to act on: it lets the step in flight finish, checkpoints, and then stops the
-meshes (apps/faults.py). SLURM sends SIGTERM to every process of a job (scancel, a time limit), so a service that
+meshes (driver/faults.py). SLURM sends SIGTERM to every process of a job (scancel, a time limit), so a service that
 died of it would take that step with it. SIGKILL still ends a service process, and so does its controller's death
 (Monarch starts it with a parent-death signal); stopping a mesh does not use signals.
 

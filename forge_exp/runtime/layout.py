@@ -54,11 +54,11 @@ class MeshPlan:
         return self.replicas * self.procs // max(self.nodes, 1)
 
 
-def needed_services(beta: float, multi_turn: bool = False, lora: bool = False) -> set[str]:
-    """The services a run uses: the reference model only when the KL term is on, and not with LoRA (the trainer's
-    base with its adapters off is the reference); environment workers (which score their own episodes) instead of
-    reward workers for a multi-turn environment."""
-    unused = ({"ref_model"} if beta == 0 or lora else set()) | ({"reward"} if multi_turn else {"env"})
+def needed_services(reference: bool, multi_turn: bool = False, lora: bool = False) -> set[str]:
+    """The services a run uses: the reference model only when the algorithm needs a reference (its
+    needs_reference), and not with LoRA (the trainer's base with its adapters off is the reference); environment
+    workers (which score their own episodes) instead of reward workers for a multi-turn environment."""
+    unused = ({"ref_model"} if not reference or lora else set()) | ({"reward"} if multi_turn else {"env"})
     return set(GPU_ORDER) - unused
 
 
@@ -66,7 +66,7 @@ def plan_meshes(services: ServicesConfig, needed: set[str] | None = None,
                 drives_workers: frozenset[str] = frozenset(), hosts: Mapping[str, int] | None = None
                 ) -> dict[str, MeshPlan]:
     """Group services into proc meshes and assign devices. `needed` leaves out services that this run does not
-    use (the reference model when beta == 0); a service in `drives_workers` gets one process per replica that is
+    use (the reference model when none is needed); a service in `drives_workers` gets one process per replica that is
     handed all its replica's devices (its engine starts its own workers); `hosts` (cluster.hosts) puts meshes on
     nodes of a cluster allocation."""
     needed = set(GPU_ORDER) if needed is None else needed
@@ -131,7 +131,7 @@ def plan_for(config) -> dict[str, MeshPlan]:
     drives = frozenset({"generator"}) if getattr(config.generator, "drives_workers", False) else frozenset()
     hosts = getattr(getattr(config, "cluster", None), "hosts", None)  # cluster=local has none
     lora = config.model.lora.rank is not None
-    needed = needed_services(config.algorithm.beta, config.env.multi_turn, lora)
+    needed = needed_services(config.algorithm.needs_reference, config.env.multi_turn, lora)
     return plan_meshes(config.services, needed, drives, hosts)
 
 

@@ -82,10 +82,11 @@ def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_
     return step_if_finite(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm), optimizer, hint)
 
 
-def available_inputs(beta: float) -> set[str]:
-    """What the trainer can hand a loss (by argument name); ref_logprobs exists only when a reference model runs."""
+def available_inputs(reference: bool) -> set[str]:
+    """What the trainer can hand a loss (by argument name); ref_logprobs only with a reference (the algorithm's
+    needs_reference)."""
     names = {"logprobs", "behavior_logprobs", "old_logprobs", "advantages", "padding_mask", "entropy"}
-    return names | ({"ref_logprobs"} if beta > 0 else set())
+    return names | ({"ref_logprobs"} if reference else set())
 
 
 def micro_batches(

@@ -9,7 +9,7 @@ cleanly, so Hydra's scan stays quiet.)
   instead of a launcher that waits forever or gives up on the first failure and leaves the others running.
 - A job that runs again after a requeue (preemption or time limit through submitit's checkpoint(), or an
   explicit `scontrol requeue`) runs with resume=true: it continues from its newest checkpoint into the same
-  MLflow child run, each step logged once (forge_exp/apps/checkpoint.py). Runs that set no checkpoint.every
+  MLflow child run, each step logged once (forge_exp/driver/checkpoint.py). Runs that set no checkpoint.every
   start over, in a new child run.
 - A job that SLURM is stopping (SIGTERM comes before the requeue or the cancel) reports no result, even if the app
   failed on the way down: a FAILED result would end the job in the launcher's eyes before its requeued run.

@@ -29,7 +29,7 @@ async def sample(cfg, n: int) -> tuple[list, dict, Samplers]:
     async with Runtime(plan_for(cfg)) as runtime:
         generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed, generator_sizes(cfg))
         s = Samplers(generator, env=runtime.spawn("env", EnvWorker, cfg.env, cfg.model), in_flight=2)
-        groups, metrics = await sample_groups(cfg, s, PROBLEMS, n, 1.0, 1.0)
+        groups, metrics = await sample_groups(s, PROBLEMS, n, 1.0, 1.0)
     return groups, metrics, s
 
 

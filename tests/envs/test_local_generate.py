@@ -11,7 +11,7 @@ from forge_exp.envs.local import local_generate
 from forge_exp.models.logprobs import sequence_logprobs
 from forge_exp.models.tiny import qwen3
 from forge_exp.models.tokenizer import TOOL_ALPHABET, build_char_tokenizer
-from forge_exp.rl.episodes import to_episodes
+from forge_exp.rl.episodes import group_advantages, to_episodes
 from forge_exp.rl.types import Problem
 
 
@@ -38,7 +38,7 @@ def test_behaviour_logprobs_match_the_trainer_across_turns():
     problems = [Problem("37+48=", "85", "37+48"), Problem("9*9=", "81", "9*9")]
     groups = asyncio.run(run_episodes(Chatty, problems, 3, gen, tok, TinyToolFormat(),
                                       Sampling(temperature=1.0, max_new_tokens=6), EpisodeLimits(3, 80)))
-    episodes = to_episodes(groups, "group_norm", 1e-6, False, 0, 0)
+    episodes = to_episodes(groups, group_advantages(groups, "group_norm", 1e-6))
     batch = collate_episodes(episodes, tok.pad_token_id)
     assert (~batch.loss_mask & batch.response_mask).any()  # some environment tokens are in there
     assert max(c.completion.info["turns"] for c in episodes) >= 2

@@ -34,7 +34,7 @@ def spec(path=None, **lora) -> TinyQwen3:
 def trainer(path=None, resume_step: int = 0, lr: float = 0.05, **lora) -> HFTrainer:
     torch.manual_seed(0)  # the trainer actor seeds its process so (actors/placement.py): a fresh adapter's init
     return HFTrainer(spec(path, **lora), GRPOLoss(beta=0.04), device=torch.device("cpu"), lr=lr, weight_decay=0.0,
-                     loss_inputs=available_inputs(0.04), init_path=path, resume_step=resume_step)
+                     loss_inputs=available_inputs(reference=True), init_path=path, resume_step=resume_step)
 
 
 def batch(seed: int = 0) -> TrainBatch:

@@ -169,7 +169,7 @@ def test_real_family_through_its_model_config_generates_and_takes_a_grpo_step(fa
     from forge_exp.data.collate import collate_episodes
     from forge_exp.models.generate import generate
     from forge_exp.rewards.combine import score_group
-    from forge_exp.rl.episodes import to_episodes
+    from forge_exp.rl.episodes import group_advantages, penalize_overlong, to_episodes
     from forge_exp.rl.types import Completion, Group
     from forge_exp.trainers.update import Policy, policy_update
     from forge_exp.runtime.build import build, build_reward
@@ -208,7 +208,9 @@ def test_real_family_through_its_model_config_generates_and_takes_a_grpo_step(fa
         group.rewards, group.components, _ = score_group(reward, p, [c.text for c in completions])
         group.rewards = [float(j % 2) for j in range(a.group_size)]  # a random model scores 0: force a signal
         groups.append(group)
-    episodes = to_episodes(groups, a.advantage, a.advantage_eps, a.overlong_penalty, 12, a.overlong_buffer_len(12))
+    if a.overlong_penalty:
+        groups = penalize_overlong(groups, 12, a.overlong_buffer_len(12))
+    episodes = to_episodes(groups, group_advantages(groups, a.advantage, a.advantage_eps))
     for e in episodes:  # beta > 0: the reference is the model itself before the step
         e.ref_logprobs = list(e.completion.logprobs)
     master = model.float()  # the trainer's float32 master weights; the forward runs in bf16 under autocast

@@ -78,7 +78,7 @@ def test_a_trainer_checkpoint_reloads_in_transformers_with_identical_logits(smol
     from forge_exp.trainers.update import available_inputs
 
     trainer = HFTrainer(Pretrained(path=smollm2, dtype="float32"), GRPOLoss(beta=0.0), device=torch.device("cpu"),
-                        lr=1e-5, weight_decay=0.0, loss_inputs=available_inputs(0.0))
+                        lr=1e-5, weight_decay=0.0, loss_inputs=available_inputs(reference=False))
     with torch.no_grad():  # weights that are not the file's: the checkpoint must hold what the trainer holds
         trainer.model.model.norm.weight.mul_(1.5)
     saved = trainer.save(str(tmp_path / "ckpt"), optimizer=False)

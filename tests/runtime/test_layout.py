@@ -16,7 +16,7 @@ def services(name: str, **overrides) -> ServicesConfig:
 
 
 def test_cpu_layout_puts_generator_and_trainer_in_their_own_processes():
-    meshes = plan_meshes(services("cpu"), needed_services(beta=0.04))
+    meshes = plan_meshes(services("cpu"), needed_services(reference=True))
     assert gpus_needed(meshes) == 0
     assert set(meshes) == {"trainer", "generator", "controller"}  # the light services: in the controller's process
     assert sorted(meshes["controller"].services) == ["dataset", "replay_buffer", "reward"]
@@ -25,7 +25,7 @@ def test_cpu_layout_puts_generator_and_trainer_in_their_own_processes():
 
 
 def test_cpu_host_gives_the_light_services_a_process_of_their_own():
-    meshes = plan_meshes(services("cpu_host"), needed_services(beta=0.0))
+    meshes = plan_meshes(services("cpu_host"), needed_services(reference=False))
     assert set(meshes) == {"trainer", "generator", "host"}
     assert sorted(meshes["host"].services) == ["dataset", "replay_buffer", "reward"]
 
@@ -39,12 +39,12 @@ def test_a_service_in_the_controller_cannot_replicate_or_take_a_gpu(key):
 
 
 def test_reference_model_is_left_out_when_beta_is_zero():
-    meshes = plan_meshes(services("cpu"), needed_services(beta=0.0))
+    meshes = plan_meshes(services("cpu"), needed_services(reference=False))
     assert all("ref_model" not in m.services for m in meshes.values())
 
 
 def test_single_gpu_colocates_trainer_reference_and_generator_on_gpu0():
-    meshes = plan_meshes(services("single_gpu"), needed_services(beta=0.04))
+    meshes = plan_meshes(services("single_gpu"), needed_services(reference=True))
     assert gpus_needed(meshes) == 1
     for name in ("trainer", "ref_model", "generator"):
         assert device_of(meshes, name) == [["cuda:0"]]
@@ -52,31 +52,31 @@ def test_single_gpu_colocates_trainer_reference_and_generator_on_gpu0():
 
 
 def test_multi_gpu_splits_trainer_and_generator():
-    meshes = plan_meshes(services("multi_gpu"), needed_services(beta=0.04))
+    meshes = plan_meshes(services("multi_gpu"), needed_services(reference=True))
     assert device_of(meshes, "trainer") == [["cuda:0"]]
     assert device_of(meshes, "ref_model") == [["cuda:0"]]
     assert device_of(meshes, "generator") == [["cuda:1"]]
 
 
 def test_three_gpu_layout_and_a_second_generator_replica():
-    meshes = plan_meshes(services("three_gpu"), needed_services(beta=0.04))
+    meshes = plan_meshes(services("three_gpu"), needed_services(reference=True))
     assert [device_of(meshes, s) for s in ("trainer", "ref_model", "generator")] == [
         [["cuda:0"]], [["cuda:1"]], [["cuda:2"]]
     ]
-    meshes = plan_meshes(services("three_gpu", **{"generator.replicas": 2}), needed_services(beta=0.04))
+    meshes = plan_meshes(services("three_gpu", **{"generator.replicas": 2}), needed_services(reference=True))
     assert device_of(meshes, "generator") == [["cuda:2"], ["cuda:3"]]
     assert gpus_needed(meshes) == 4
 
 
 def test_more_gpus_than_visible_is_one_clear_error():
-    meshes = plan_meshes(services("three_gpu"), needed_services(beta=0.04))
+    meshes = plan_meshes(services("three_gpu"), needed_services(reference=True))
     with pytest.raises(ValueError, match=r"services needs 3 GPUs .* but 1 are visible"):
         check_gpus(meshes, available=1)
 
 
 def test_colocated_services_must_agree_on_gpus():
     with pytest.raises(ValueError, match=r"services.ref_model.gpus=0 differs"):
-        plan_meshes(services("single_gpu", **{"ref_model.gpus": 0}), needed_services(beta=0.04))
+        plan_meshes(services("single_gpu", **{"ref_model.gpus": 0}), needed_services(reference=True))
 
 
 def test_bad_service_values_name_the_key():
@@ -90,7 +90,7 @@ def test_bad_service_values_name_the_key():
 
 
 def test_a_mesh_on_cluster_nodes_numbers_its_own_gpus_and_leaves_this_hosts_to_the_others():
-    meshes = plan_meshes(services("multi_gpu"), needed_services(beta=0.04), hosts={"trainer": 1})
+    meshes = plan_meshes(services("multi_gpu"), needed_services(reference=True), hosts={"trainer": 1})
     assert meshes["trainer"].nodes == 1 and meshes["generator"].nodes == 0
     assert device_of(meshes, "trainer") == [["cuda:0"]]  # GPU 0 of its SLURM node
     assert device_of(meshes, "generator") == [["cuda:0"]]  # this host's GPU 0: the trainer is not here
@@ -99,7 +99,7 @@ def test_a_mesh_on_cluster_nodes_numbers_its_own_gpus_and_leaves_this_hosts_to_t
 
 
 def test_replicas_spread_over_nodes_each_numbering_from_gpu0():
-    meshes = plan_meshes(services("three_gpu", **{"generator.replicas": 4}), needed_services(beta=0.0),
+    meshes = plan_meshes(services("three_gpu", **{"generator.replicas": 4}), needed_services(reference=False),
                          hosts={"generator": 2})
     gen = meshes["generator"]
     assert gen.per_host == {"replicas": 2, "procs": 1} and gen.procs_per_host == 2
@@ -108,7 +108,7 @@ def test_replicas_spread_over_nodes_each_numbering_from_gpu0():
 
 
 def test_one_replica_on_several_nodes_spreads_its_procs():
-    meshes = plan_meshes(services("multi_gpu", **{"trainer.procs": 4}), needed_services(beta=0.0),
+    meshes = plan_meshes(services("multi_gpu", **{"trainer.procs": 4}), needed_services(reference=False),
                          hosts={"trainer": 2})
     trainer = meshes["trainer"]
     assert trainer.per_host == {"replicas": 1, "procs": 2}
@@ -116,10 +116,10 @@ def test_one_replica_on_several_nodes_spreads_its_procs():
 
 
 def test_the_default_layout_is_planned_as_before():
-    before = plan_meshes(services("three_gpu"), needed_services(beta=0.04))
+    before = plan_meshes(services("three_gpu"), needed_services(reference=True))
     assert all(p.nodes == 0 and p.per_host == {"replicas": p.replicas, "procs": p.spawn_procs}
                for p in before.values())
-    assert before == plan_meshes(services("three_gpu"), needed_services(beta=0.04), hosts={})
+    assert before == plan_meshes(services("three_gpu"), needed_services(reference=True), hosts={})
 
 
 @pytest.mark.parametrize("layout,overrides,hosts,message", [
@@ -135,13 +135,13 @@ def test_the_default_layout_is_planned_as_before():
 ])
 def test_hosts_that_do_not_fit_the_layout_are_one_error_naming_the_key(layout, overrides, hosts, message):
     with pytest.raises(ValueError, match=message):
-        plan_meshes(services(layout, **overrides), needed_services(beta=0.0), hosts=hosts)
+        plan_meshes(services(layout, **overrides), needed_services(reference=False), hosts=hosts)
 
 
 def test_a_replica_whose_engine_drives_its_devices_stays_on_one_host():
     spec = services("three_gpu", **{"generator.procs": 2})
     with pytest.raises(ValueError, match=r"cluster\.hosts\.generator=2: .*stays on one host"):
-        plan_meshes(spec, needed_services(beta=0.0), frozenset({"generator"}), hosts={"generator": 2})
-    meshes = plan_meshes(spec, needed_services(beta=0.0), frozenset({"generator"}), hosts={"generator": 1})
+        plan_meshes(spec, needed_services(reference=False), frozenset({"generator"}), hosts={"generator": 2})
+    meshes = plan_meshes(spec, needed_services(reference=False), frozenset({"generator"}), hosts={"generator": 1})
     assert meshes["generator"].per_host == {"replicas": 1, "procs": 1}
     assert meshes["generator"].devices == [["cuda:0", "cuda:1"]]

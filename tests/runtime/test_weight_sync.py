@@ -43,7 +43,7 @@ async def sync_round_trip(meshes: dict[str, MeshPlan]) -> dict:
         generator = generators.route()
 
         assert await trainer.perturb.call_one(0.05) == 1
-        out["seconds"] = await trainer.push_weights.call_one(generators.fanout())
+        out["seconds"] = (await trainer.push_weights.call_one(generators.fanout()))["sync/seconds"]
         out["transport"] = await generator.transport.call_one()
         groups, metrics = await generator.generate.call_one(PROBLEMS, 2, 1.0, 1.0, 4)
         out["version_1"] = {c.policy_version for c in groups[0].completions}

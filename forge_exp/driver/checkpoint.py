@@ -20,8 +20,6 @@ are trained again but not logged again (tracking/mlflow.py: the resumed run's re
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import re
 import shutil
@@ -180,18 +178,18 @@ def prune(root: str | Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-async def save_checkpoint(cfg, trainer, tracker, step: int, loop: dict | None = None) -> Path:
-    """Weights + optimizer + the metrics since the last checkpoint (+ the loop's state); the metrics go to MLflow
-    once it is on disk."""
+async def save_checkpoint(checkpoint, trainer, tracker, step: int, loop: dict | None = None) -> Path:
+    """Weights + optimizer + the metrics since the last checkpoint (+ the loop's state) under `checkpoint.dir` (the
+    config's checkpoint node); the metrics go to MLflow once it is on disk."""
     pending = tracker.take_pending()
-    path = step_dir(cfg.checkpoint.dir, step)
+    path = step_dir(checkpoint.dir, step)
     metadata = state_metadata(step, tracker.run_id, pending, tracker.uri)
     if loop is not None:
         metadata[LOOP] = loop  # (state.json is what marks the directory complete, whatever the write order)
     await trainer.route().save.call_one(str(path), metadata)
     if tracker.send(pending):  # else kept by the tracker, and re-sent from state.json by a resume
         (path / FLUSHED).touch()
-    prune(cfg.checkpoint.dir, cfg.checkpoint.keep)
+    prune(checkpoint.dir, checkpoint.keep)
     return path
 
 
@@ -200,49 +198,3 @@ def rollout_seed(seed: int, batch: int, call: int) -> int:
     """The sampling seed of a batch's `call`-th generate call: the same in every process, run and schedule."""
     return derive_seed("rollout", seed, batch, call)
 
-
-class Quiesce:
-    """A moment with no rollout batch in flight, for a snapshot of the buffer and the prompt stream that agrees
-    with itself. Rollouts call `begin()` before a batch and `end()` after it has reached the buffer."""
-
-    def __init__(self) -> None:
-        self._open = asyncio.Event()
-        self._open.set()
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    async def begin(self) -> None:
-        await self._open.wait()
-        self._idle.clear()
-
-    def end(self) -> None:
-        self._idle.set()
-
-    @contextlib.asynccontextmanager
-    async def paused(self, rollout_task: asyncio.Task):
-        self._open.clear()
-        try:
-            idle = asyncio.ensure_future(self._idle.wait())
-            await asyncio.wait([idle, rollout_task], return_when=asyncio.FIRST_COMPLETED)
-            if not idle.done():
-                idle.cancel()
-                rollout_task.result()  # the rollouts failed: raise that
-            yield
-        finally:
-            self._open.set()
-
-
-async def loop_snapshot(h, state) -> dict:
-    """loop.json of a GRPO checkpoint (take it inside `Quiesce.paused`)."""
-    return {
-        "dataset": await h.dataset.route().state.call_one(),
-        "buffer": await h.buffer.route().state.call_one(),
-        "episodes_added": state.episodes_added,
-        "rollout_metrics": list(state.rollout_metrics),
-        "samples": list(state.samples),
-    }
-
-
-async def restore_services(h, loop: dict) -> None:
-    await h.dataset.route().restore.call_one(loop["dataset"])
-    await h.buffer.route().restore.call_one(loop["buffer"])

@@ -1,4 +1,4 @@
-"""How a run ends when it does not finish (apps/faults.py): the reward watch, the stop request under real signals,
+"""How a run ends when it does not finish (driver/faults.py): the reward watch, the stop request under real signals,
 and the lines and exit codes the CLI prints for them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from forge_exp.apps.faults import NOT_STARTED, STOP_SIGNALS, RewardWatch, RunFailed, StopRequest, Stopped
+from forge_exp.driver.faults import NOT_STARTED, STOP_SIGNALS, RewardWatch, RunFailed, StopRequest, Stopped
 
 
 def test_a_reward_failing_too_often_for_n_steps_in_a_row_is_caught_with_its_error():
@@ -29,25 +29,23 @@ def test_a_reward_failing_too_often_for_n_steps_in_a_row_is_caught_with_its_erro
 
 
 def test_a_reward_outside_float32_fails_the_run_naming_the_function():
-    from types import SimpleNamespace
-
     from forge_exp.apps.rollout import check_rewards
     from forge_exp.rl.types import Group, Problem
 
-    cfg = SimpleNamespace(reward=SimpleNamespace(functions={"exact": {}, "format": {}}))
+    functions = ("exact", "format")
 
     def group(*parts: dict) -> Group:
         return Group(Problem("1+1=", "2"), [], rewards=[sum(p.values()) for p in parts], components=list(parts))
 
-    check_rewards(cfg, [group({"exact": 1.0, "format": 0.5}, {"exact": -3e38, "format": 0.0})])  # float32 holds it
+    check_rewards(functions, [group({"exact": 1.0, "format": 0.5}, {"exact": -3e38, "format": 0.0})])  # float32: fits
     for huge in (1e308, -1e308, float("inf")):
         shown = re.escape(f"{huge:g}")
         with pytest.raises(RunFailed, match=rf"^reward\.functions\.exact returned {shown} \(the completion's reward: "
                                             rf"{shown}\): rewards are carried as float32"):
-            check_rewards(cfg, [group({"exact": 1.0, "format": 0.5}, {"exact": huge, "format": 0.5})])
+            check_rewards(functions, [group({"exact": 1.0, "format": 0.5}, {"exact": huge, "format": 0.5})])
     with pytest.raises(RunFailed, match=r"^reward\.functions\.format returned 3e\+38 \(the completion's reward: "
                                         r"5e\+38\)"):  # each finite in float32, their sum is not
-        check_rewards(cfg, [group({"exact": 2e38, "format": 3e38})])
+        check_rewards(functions, [group({"exact": 2e38, "format": 3e38})])
 
 
 def test_stopped_says_where_it_stopped_and_exits_128_plus_the_signal():

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from forge_exp.apps.checkpoint import LOOP, STATE, clean_partial, latest, rollout_seed, set_aside, step_dir
+from forge_exp.driver.checkpoint import LOOP, STATE, clean_partial, latest, rollout_seed, set_aside, step_dir
 from forge_exp.data import hf
 from forge_exp.rl.replay import ReplayBuffer
 from forge_exp.rl.types import Completion, Episode
@@ -61,7 +61,7 @@ def test_rollout_seeds_are_fixed_by_seed_batch_and_call():
     seeds = {rollout_seed(s, b, c) for s, b, c in itertools.product(range(3), range(50), range(4))}
     assert len(seeds) == 600 and all(0 <= x < 2**62 for x in seeds)
     # the same in another process with another hash seed (a resumed run is another process)
-    code = "from forge_exp.apps.checkpoint import rollout_seed; print(rollout_seed(0, 7, 1))"
+    code = "from forge_exp.driver.checkpoint import rollout_seed; print(rollout_seed(0, 7, 1))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                            env={**os.environ, "PYTHONHASHSEED": "12345"})
     assert int(other.stdout) == rollout_seed(0, 7, 1)
@@ -132,7 +132,7 @@ def test_json_keeps_floats_exactly():
 
 
 def test_a_resume_may_change_when_and_where_the_run_goes_on_but_not_what_it_trains():
-    from forge_exp.apps.checkpoint import config_changes
+    from forge_exp.driver.checkpoint import config_changes
 
     logged = {"steps": "30", "resume": "False", "eval.every": "0", "model.hidden_size": "32", "seed": "0",
               "algorithm.loss.beta": "0.0", "parallelism.name": "fsdp", "removed.by.an.upgrade": "x"}

@@ -1,0 +1,165 @@
+"""The driver around the steps, without processes: which steps a resumed run takes, the cadences, the policy-age
+gate between rollouts and training, and a stop signal between steps. The same with real services and signals:
+tests/faults/test_stop_signals.py, tests/faults/test_resume_exact.py."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from forge_exp.driver.checkpoint import ResumeState, step_dir
+from forge_exp.driver.faults import STOP, RewardWatch, Stopped
+from forge_exp.driver.overlap import Overlap
+from forge_exp.driver.steps import Steps
+
+
+@pytest.fixture(autouse=True)
+def no_stop_left():
+    yield
+    STOP.signum, STOP.steps_started = None, False
+
+
+class FakeTracker:
+    run_id, uri = "run", None
+
+    def __init__(self):
+        self.logged: list[tuple[int, dict]] = []
+        self.flushes = 0
+
+    def log_metrics(self, metrics, step):
+        self.logged.append((step, dict(metrics)))
+
+    def flush(self):
+        self.flushes += 1
+
+    def metric_at(self, key, step):
+        return {("eval/accuracy", 0): 0.25}[(key, step)]
+
+    def take_pending(self):
+        return []
+
+    def send(self, pending):
+        return True
+
+
+class Endpoints:
+    """A service's route(): each endpoint's call_one runs the given function."""
+
+    def __init__(self, **calls):
+        self.calls = calls
+
+    def route(self):
+        return SimpleNamespace(**{name: SimpleNamespace(call_one=self._call(fn)) for name, fn in self.calls.items()})
+
+    @staticmethod
+    def _call(fn):
+        async def call_one(*args):
+            return fn(*args)
+        return call_one
+
+
+def saving_trainer(saved: list[str]) -> Endpoints:
+    def save(path, metadata):
+        Path(path).mkdir(parents=True)
+        saved.append(Path(path).name)
+    return Endpoints(save=save)
+
+
+def steps(tmp_path, total=5, every=0, resume=None, tracker=None, saved=None) -> Steps:
+    ckpt = SimpleNamespace(dir=str(tmp_path), every=every, keep=0)
+    return Steps("test", total, tracker or FakeTracker(), saving_trainer(saved if saved is not None else []), ckpt,
+                 eval_every=2, progress=False, resume=resume)
+
+
+def test_a_resumed_loop_runs_the_steps_after_its_checkpoint_and_reads_its_opening_evaluation(tmp_path):
+    tracker = FakeTracker()
+    resumed = steps(tmp_path, resume=ResumeState(step=3, run_id="run", path=tmp_path), tracker=tracker)
+    assert list(resumed) == [4, 5] and resumed.saved == 3
+
+    async def never():
+        raise AssertionError("a resumed run does not evaluate step 0 again")
+
+    assert asyncio.run(resumed.opening(never, "eval/accuracy")) == {"eval/accuracy": 0.25}
+    assert tracker.logged == []
+    fresh = steps(tmp_path, tracker=tracker)
+
+    async def evaluate():
+        return {"eval/accuracy": 0.5}
+
+    assert list(fresh) == [1, 2, 3, 4, 5] and asyncio.run(fresh.opening(evaluate, "eval/accuracy"))
+    assert tracker.logged == [(0, {"eval/accuracy": 0.5})]
+    assert [s for s in fresh if fresh.eval_due(s)] == [2, 4]  # not the last step: the closing evaluation is that one
+
+
+def test_steps_are_logged_flushed_and_checkpointed_on_their_cadence(tmp_path):
+    tracker, saved = FakeTracker(), []
+    s = steps(tmp_path, total=20, every=4, tracker=tracker, saved=saved)
+
+    async def run():
+        for step in s:
+            await s.logged(step, {"x": float(step)})
+
+    asyncio.run(run())
+    assert [step for step, _ in tracker.logged] == list(range(1, 21)) and tracker.flushes == 2
+    assert saved == [step_dir(tmp_path, n).name for n in (4, 8, 12, 16, 20)] and s.saved == 20
+
+
+def overlap(tmp_path, max_policy_age: int, every=0, saved=None) -> Overlap:
+    buffer: list = []
+    endpoints = Endpoints(add=buffer.extend, sample=lambda n, version: buffer[:n] if len(buffer) >= n else None,
+                          unsample=lambda: 0, state=lambda: {"held": len(buffer)})
+    return Overlap(steps(tmp_path, total=3, every=every, saved=saved), endpoints, Endpoints(state=lambda: {}),
+                   batch_episodes=2, max_policy_age=max_policy_age, watch=RewardWatch(1.0, 1),
+                   reward_errors=lambda: {})
+
+
+@pytest.mark.parametrize("max_policy_age", [0, 1])
+def test_a_batch_starts_only_within_max_policy_age_of_the_published_weights(tmp_path, max_policy_age):
+    o = overlap(tmp_path, max_policy_age)
+    started: list[tuple[int, int]] = []  # (batch, the version published when it started)
+
+    async def rollouts():
+        async for b in o.rollout_batches():
+            started.append((b, o.published))
+            await o.buffer.route().add.call_one([b, b])
+            o.added(2, {"rollout/batch": float(b)}, [])
+
+    async def train():
+        trained = []
+        async with o.running(rollouts()):
+            async for step, episodes in o.training_batches():
+                trained.append((step, episodes))
+                metrics: dict = {}
+                o.publish(step, metrics, torch.tensor([step - 1]))
+                await o.end_step(step, metrics)
+        return trained
+
+    assert [step for step, _ in asyncio.run(train())] == [1, 2, 3]
+    assert all(b - version <= max_policy_age for b, version in started)
+    assert [b for b, _ in started][:3] == [0, 1, 2]
+
+
+def test_a_stop_signal_between_steps_checkpoints_what_is_done_and_raises_stopped(tmp_path):
+    saved: list[str] = []
+    o = overlap(tmp_path, max_policy_age=1, every=100, saved=saved)
+
+    async def rollouts():
+        async for b in o.rollout_batches():
+            await o.buffer.route().add.call_one([b, b])
+            o.added(2, {}, [])
+
+    async def train():
+        async with o.running(rollouts()):
+            async for step, _ in o.training_batches():
+                o.publish(step, {}, torch.tensor([step - 1]))
+                STOP.signum = signal.SIGTERM  # arrives while step 1 trains
+
+    with pytest.raises(Stopped) as stopped:
+        asyncio.run(train())
+    assert stopped.value.step == 1 and stopped.value.checkpoint == str(step_dir(tmp_path, 1))
+    assert saved == [step_dir(tmp_path, 1).name] and stopped.value.exit_code == 143

@@ -33,8 +33,11 @@ _install_wheels() {
     ready+=("$STASH/in/$name")
   done < "$manifest"
   if [ ${#ready[@]} -gt 0 ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${ready[@]}" \
-      || return 1
+    # into a fresh folder, then merged: `pip --target --upgrade` replaces a top-level folder whole, so wheels of one
+    # namespace package (opentelemetry-api, -sdk, -proto) installed in different calls would delete each other
+    local fresh; fresh=$(mktemp -d)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$fresh" "${ready[@]}" \
+      && cp -a "$fresh/." "$SITE/" && rm -rf "$fresh" || return 1
     for f in "${ready[@]}"; do touch "$STASH/done/$(basename "$f")"; done
     done_n=$((done_n + ${#ready[@]}))
   fi

@@ -48,3 +48,15 @@ def test_every_config_folder_is_a_listed_package():
         for folder in [ROOT / root, *(p for p in (ROOT / root).rglob("*") if p.is_dir() and p.name != "__pycache__")]:
             name = ".".join([prefix, *folder.relative_to(ROOT / root).parts])
             assert name in listed, f"{name} is missing from [tool.setuptools] packages in pyproject.toml"
+
+
+def test_every_python_package_is_listed():
+    """A new subpackage of forge_exp missing from pyproject is left out of a regular install (an installed
+    `forge-exp` then fails at its first import of it)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    for init in (ROOT / "forge_exp").rglob("__init__.py"):
+        name = ".".join(init.parent.relative_to(ROOT).parts)
+        if not name.startswith(("forge_exp.conf", "forge_exp.sweeps")):
+            assert name in listed, f"{name} is missing from [tool.setuptools] packages in pyproject.toml"

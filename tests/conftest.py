@@ -3,6 +3,7 @@ failing actor fails its test, not the whole pytest run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,16 @@ def _monarch_fault_hook():
 
 @pytest.fixture(scope="session")
 def warmstart_cache(tmp_path_factory):
-    """One warm-start cache for every end-to-end run of the session: the first run trains it, the others load it."""
-    return tmp_path_factory.mktemp("warmstart-cache")
+    """One warm-start cache for every end-to-end run of the pytest run: the first run trains it, the others load it.
+    Under xdist the workers share it (their base temp folders are siblings in the run's), so a warm start one worker
+    trained is not trained again by the other. A warm start is written aside and swapped into place whole
+    (models/checkpoint.py move_into_place), so a run reading it never finds part of one."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    cache = base / "warmstart-cache"
+    cache.mkdir(exist_ok=True)
+    return cache
 
 
 # The fast tier (`pytest -m "not slow"`, a few minutes on 2 cores) leaves out whatever starts the platform for real:

@@ -18,11 +18,11 @@ version, resume. vLLM records per-token weight-version spans; `generate_versione
 which version sampled which tokens of a completion. CUDA tensors reach the workers as CUDA IPC handles (the
 worker maps the sender's memory and copies from it: no bytes in the message); CPU tensors travel as bytes.
 
-vLLM releases before 0.32 (the GPU build that runs on torch 2.11 is 0.26) lack three things this engine uses where
-they exist (`_Features`): per-token weight-version spans, the engine-side version stamp, and `tokens_input`. There a
-completion's one span carries the version that was serving when it was submitted: with inflight_update=keep, a
-completion that straddled an update is stamped with the older version, so the policy age a replay buffer bounds
-is overstated, never understated.
+vLLM releases before 0.32 (the GPU build that runs on torch 2.11 is 0.26) lack two things this engine uses where
+they exist (`_Features`): per-token weight-version spans and the engine-side version stamp. There a completion's one
+span carries the version that was serving when it was submitted: with inflight_update=keep, a completion that
+straddled an update is stamped with the older version, so the policy age a replay buffer bounds is overstated, never
+understated. Prompts go in as the token-id dict both releases take.
 
 The engine runs on its own event loop in a daemon thread: the AsyncLLM's output handler must keep running while a
 caller blocks in the synchronous `load_weights`, and callers may live on any loop.
@@ -77,14 +77,12 @@ class _Features(NamedTuple):
     """What this vLLM release offers of the API the engine uses (feature-detected: docs/generators.md)."""
 
     weight_versions: bool  # AsyncLLM.update_weight_version and CompletionOutput.weight_versions (vLLM >= 0.32)
-    tokens_input: bool  # vllm.inputs.tokens_input (else the TokensPrompt dict)
 
     @classmethod
     def detect(cls) -> "_Features":
-        import vllm.inputs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return cls(hasattr(AsyncLLM, "update_weight_version"), hasattr(vllm.inputs, "tokens_input"))
+        return cls(hasattr(AsyncLLM, "update_weight_version"))
 
 
 class VllmEngine:
@@ -239,7 +237,8 @@ class VllmEngine:
         adapters = self._adapters
         lora, version = (adapters.request, adapters.version) if adapters else (None, self.version)
         final = None
-        async for out in self._engine.generate(self._tokens(prompt), params, request_id=f"r{next(self._ids)}",
+        request = f"r{next(self._ids)}"
+        async for out in self._engine.generate({"prompt_token_ids": prompt}, params, request_id=request,
                                                lora_request=lora):
             final = out
         outs = [self._versioned(c) for c in sorted(final.outputs, key=lambda c: c.index)]
@@ -248,13 +247,6 @@ class VllmEngine:
             # when the request was sent (the older one, if an update came while it ran)
             outs = [Versioned(v.generation, (VersionSpan(version, 0, len(v.generation.token_ids)),)) for v in outs]
         return outs
-
-    def _tokens(self, prompt: list[int]):
-        if self.features.tokens_input:
-            from vllm.inputs import tokens_input
-
-            return tokens_input(prompt)
-        return {"prompt_token_ids": prompt}
 
     def _versioned(self, c) -> Versioned:
         eos = self.tokenizer.eos_token_id

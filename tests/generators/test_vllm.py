@@ -247,13 +247,13 @@ def test_weight_update_mid_flight_switches_to_the_new_weights(engine, old, new, 
 
 
 def test_without_the_0_32_api_a_completion_carries_the_version_it_was_sent_under(engine, old, new, restore):
-    """vLLM 0.26 has no per-token version spans, no version label and no `tokens_input` (docs/generators.md): with
+    """vLLM 0.26 has no per-token version spans and no version label (docs/generators.md): with
     those features off, the same engine stamps a completion that straddles an update with the older version, and
     its tokens are still those of each version's weights."""
     model, tokenizer = old
     ps = prompts(tokenizer)
     full = engine.features
-    engine.features = full._replace(weight_versions=False, tokens_input=False)
+    engine.features = full._replace(weight_versions=False)
     before = engine.version  # (earlier tests' updates moved it on)
     try:
         thread, box = in_background(engine, ps, Sampling(n=1, temperature=0.0, max_new_tokens=450))

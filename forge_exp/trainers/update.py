@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from forge_exp.models.device import host_floats
 from forge_exp.models.logprobs import sequence_logprobs
 from forge_exp.rl.losses import describe_loss, call_loss
 from forge_exp.rl.mismatch import mismatch_metrics
@@ -132,7 +133,12 @@ def train_step(
     [B, R] tensor of which each rank filled its rows (None: one rank); `version` is the trainer's weight version."""
     t0 = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
-    sums: dict[str, float] = {}
+    sums: dict[str, torch.Tensor | float] = {}  # device tensors until the one host read after the last micro-batch
+
+    def add(key: str, value: torch.Tensor | float, weight: float = 1.0) -> None:
+        value = value.detach().double() if isinstance(value, torch.Tensor) else value
+        sums[key] = sums.get(key, 0.0) + value * weight
+
     train_logprobs = None  # [B, R]: this rank's rows of the step's logprobs, detached (the others stay 0)
     for mb, weight, rows in micro_batches(batch, grad_accum, shard, shards):
         mb = _to(mb, device)
@@ -158,16 +164,18 @@ def train_step(
         value, metrics = call_loss(loss, **inputs)
         (value * weight).backward()
         for k, v in {"loss/total": value, **metrics}.items():
-            sums[k] = sums.get(k, 0.0) + float(v.detach() if isinstance(v, torch.Tensor) else v) * weight
-        sums["policy/entropy"] = sums.get("policy/entropy", 0.0) + float(
-            (entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
-        ) * weight
-        sums["train/tokens"] = sums.get("train/tokens", 0.0) + float(mb.response_mask.sum() + mb.prompt_mask.sum())
-    if reduce is not None:
-        sums = reduce(sums)
+            add(k, v, weight)
+        add("policy/entropy", (entropy.detach() * mask).sum() / mask.sum().clamp(min=1), weight)
+        add("train/tokens", mb.response_mask.sum() + mb.prompt_mask.sum())
+    # No host read until here, so the micro-batches queue back to back; then one read holds the metrics and the
+    # clipped gradient's norm (a non-finite loss skips the step whatever the norm says).
+    grad_norm = clip()
+    read = host_floats({**sums, "train/grad_norm": grad_norm})
+    grad_norm = read.pop("train/grad_norm")
+    sums = reduce(read) if reduce is not None else read
     check_finite_loss(sums["loss/total"], loss, optimizer, "check the loss, the rewards and algorithm.lr")
     sums.update(_mismatch(batch, train_logprobs if gather_rows is None else gather_rows(train_logprobs), version))
-    grad_norm = step_if_finite(clip(), optimizer, "check the rewards and algorithm.lr")
+    grad_norm = step_if_finite(grad_norm, optimizer, "check the rewards and algorithm.lr")
     seconds = time.perf_counter() - t0
     tokens = sums.pop("train/tokens", 0.0)
     return {**sums, "train/grad_norm": grad_norm, "train/seconds": seconds, "train/tokens_per_s": tokens / max(seconds, 1e-9)}

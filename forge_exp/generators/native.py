@@ -98,7 +98,7 @@ class NativeEngine:
         if self.plain_reason is None:
             decoder = StaticDecoder(model, slots=self.slots, max_len=self.max_len, kernels=_kernels(self.device))
             self.runner = DecodeRunner(decoder, slots=self.slots, max_len=self.max_len, eos_ids=self.eos_ids,
-                                       cuda_graphs=knobs.cuda_graphs)
+                                       cuda_graphs=knobs.cuda_graphs, chunk=self.sync_every)
         self._seed, self._calls = seed, 0
         self._cv = threading.Condition()
         self._waiting: deque[_Row] = deque()
@@ -200,28 +200,39 @@ class NativeEngine:
         try:
             if self.device.type == "cuda" and self.device.index is not None:
                 torch.cuda.set_device(self.device)
-            while True:
-                with self._cv:
-                    while not (self._closed or self._waiting or self._weights or self._active):
-                        self._cv.wait()
-                    if self._closed:
-                        return
-                    weights, self._weights = self._weights, []
-                    admit = self._taken = []
-                    if self.plain_reason is None:
-                        while self._waiting and len(admit) < len(self._free):
-                            admit.append(self._waiting.popleft())
-                for pending in weights:
-                    self._apply(pending)
-                if self.plain_reason is not None:
-                    self._plain_call()
-                    continue
-                if admit:
-                    self._admit(admit)
-                if self._active:
-                    self._decode_chunk()
+            with torch.cuda.stream(self._stream()):
+                self._serve()
         except BaseException as error:  # the worker must never die silently: every waiting caller hears of it
             self._fail(error)
+
+    def _stream(self) -> torch.cuda.Stream | None:
+        """The worker's CUDA stream: with `high_priority`, one the GPU schedules ahead of others' kernels, so a
+        colocated trainer's long kernels fill the gaps of the decode steps instead of delaying them."""
+        if self.device.type != "cuda" or not self.knobs.high_priority:
+            return None  # the device's default stream (torch.cuda.stream(None) changes nothing)
+        return torch.cuda.Stream(self.device, priority=torch.cuda.Stream.priority_range()[1])
+
+    def _serve(self) -> None:
+        while True:
+            with self._cv:
+                while not (self._closed or self._waiting or self._weights or self._active):
+                    self._cv.wait()
+                if self._closed:
+                    return
+                weights, self._weights = self._weights, []
+                admit = self._taken = []
+                if self.plain_reason is None:
+                    while self._waiting and len(admit) < len(self._free):
+                        admit.append(self._waiting.popleft())
+            for pending in weights:
+                self._apply(pending)
+            if self.plain_reason is not None:
+                self._plain_call()
+                continue
+            if admit:
+                self._admit(admit)
+            if self._active:
+                self._decode_chunk()
 
     def _apply(self, pending: _Pending) -> None:
         with torch.no_grad():

@@ -50,6 +50,9 @@ class NativeKnobs(EngineOptions):
     max_len: Optional[int] = None
     sync_every: Optional[int] = None  # decode steps between host checks for finished rows; null: 16 on GPU, 1 on CPU
     cuda_graphs: bool = True  # capture decode steps as CUDA graphs (GPU only)
+    # decode on the GPU's highest-priority stream (GPU only): a trainer sharing the GPU (services=single_gpu) runs its
+    # kernels in the gaps between the decode steps' instead of ahead of them
+    high_priority: bool = True
     prefill_tokens: int = 8192  # prompt tokens per prefill forward (bounds its activation memory)
     eos_token_ids: Optional[List[int]] = None  # null: the tokenizer's EOS and the model's generation_config EOS
 

@@ -4,7 +4,9 @@ Everything a decode step needs lives in device tensors indexed by slot — the l
 tokens the slot has drawn, whether it is done, its sampling parameters and noise key, and its output so far — so k
 steps run back to back with no host sync; the host looks (`poll`) only between chunks of steps. A step over a batch
 of B slots is one function of a static slot-id buffer, captured once per (batch bucket, top-p on/off) as a CUDA
-graph; padding rows of a bucket point at the scratch slot, which is always done and so never changes state.
+graph, and a whole chunk of `chunk` steps as one more, so the host launches one graph per chunk (and a thread that
+shares the process, a colocated trainer, holds the GIL between them without holding up the decode); padding rows
+of a bucket point at the scratch slot, which is always done and so never changes state.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from forge_exp.generators.decoder import StaticDecoder
+from forge_exp.models.device import wait_for
 
 
 @dataclass
@@ -39,7 +42,9 @@ def buckets(slots: int) -> list[int]:
 
 class DecodeRunner:
     def __init__(self, decoder: StaticDecoder, *, slots: int, max_len: int, eos_ids: tuple[int, ...],
-                 cuda_graphs: bool) -> None:
+                 cuda_graphs: bool, chunk: int = 1) -> None:
+        """`chunk`: the decode steps the engine usually runs between two polls (its sync_every); on GPU they are one
+        graph."""
         self.decoder = decoder
         self.slots, self.max_len, self.scratch = slots, max_len, slots
         device = decoder.embed.device
@@ -60,8 +65,9 @@ class DecodeRunner:
         self.pos_host = [0] * n  # upper bound on each slot's position: the eager path reads only that much cache
         self.prefill_tokens = 0  # prompt tokens run through the model (repeats of a prompt are copied, not run)
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
+        self.chunk = chunk
         self._buckets = buckets(slots)
-        self._graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
+        self._graphs: dict[tuple[int, bool, int], torch.cuda.CUDAGraph] = {}  # (bucket, top-p on, steps)
         self._ids: dict[int, torch.Tensor] = {}  # static slot-id buffer per bucket
         self._pool = None
 
@@ -121,10 +127,11 @@ class DecodeRunner:
         truncate = any(self.top_p_host[s] < 1 for s in slots)
         if self.cuda_graphs:
             size = next(b for b in self._buckets if b >= len(slots))
-            graph = self._graph(size, truncate)  # capture first: it fills the id buffer with the scratch slot
-            ids = torch.tensor(slots + [self.scratch] * (size - len(slots)))
-            self._ids[size].copy_(ids)
-            for _ in range(steps):
+            whole, rest = divmod(steps, self.chunk) if self.chunk > 1 else (0, steps)
+            graphs = [self._graph(size, truncate, self.chunk)] * whole + [self._graph(size, truncate, 1)] * rest
+            # (captured first: capture fills the id buffer with the scratch slot)
+            self._ids[size].copy_(torch.tensor(slots + [self.scratch] * (size - len(slots))))
+            for graph in graphs:
                 graph.replay()
         else:
             idx = torch.tensor(slots, device=self.device)
@@ -135,8 +142,8 @@ class DecodeRunner:
         for s in slots:
             self.pos_host[s] = min(self.pos_host[s] + steps, self.max_len - 1)
 
-    def _graph(self, size: int, truncate: bool) -> torch.cuda.CUDAGraph:
-        graph = self._graphs.get((size, truncate))
+    def _graph(self, size: int, truncate: bool, steps: int) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get((size, truncate, steps))
         if graph is not None:
             return graph
         if self._pool is None:
@@ -150,17 +157,20 @@ class DecodeRunner:
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            self._step(ids, truncate, None)
-        self._graphs[(size, truncate)] = graph
+            for _ in range(steps):
+                self._step(ids, truncate, None)
+        self._graphs[(size, truncate, steps)] = graph
         return graph
 
     def poll(self, slots: list[int]) -> list[tuple[bool, int]]:
         """(done, tokens drawn) of each slot: the one host sync between chunks."""
+        wait_for(self.done)  # the chunk is done before any copy that would wait for it (models/device.py: why)
         idx = torch.tensor(slots, device=self.device)
         done, step = torch.stack([self.done[idx].long(), self.step[idx]]).tolist()
         return [(bool(d), s) for d, s in zip(done, step)]
 
     def collect(self, slots: list[int], lengths: list[int]) -> list[tuple[list[int], list[float]]]:
+        wait_for(self.out_tok)
         idx = torch.tensor(slots, device=self.device)
         width = max(lengths)
         tokens, logprobs = self.out_tok[idx, :width].tolist(), self.out_lp[idx, :width].tolist()

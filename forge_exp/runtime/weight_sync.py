@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+import torch.distributed as dist
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,8 @@ class FullWeights(Protocol):
 
     def named_full_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]: ...
 
+    def whole_weight_views(self) -> list[tuple[str, torch.Tensor]] | None: ...
+
 
 class ShardedWeightPublisher(WeightPublisher):
     """A publisher on every rank of a sharded trainer. `capture()` is collective (all ranks, once per version);
@@ -194,6 +197,7 @@ class ShardedWeightPublisher(WeightPublisher):
         slots, nbytes = layout_of(spec)
         params: dict[str, torch.Tensor] = {}
         self._snapshot = None
+        self._views: list[tuple[str, torch.Tensor]] | None = None  # set at the first capture; [] gathers
         if rank == 0:  # one flat buffer: the copy generators read, and on CUDA the IPC allocation itself
             self._snapshot = torch.empty(nbytes, dtype=torch.uint8, device=device)
             params = dict(zip(self.names, views(self._snapshot, slots)))
@@ -203,21 +207,50 @@ class ShardedWeightPublisher(WeightPublisher):
 
     def capture(self) -> dict[str, float]:
         """Gather every full tensor once (collective); rank 0 keeps them in the snapshot. Returns seconds and bytes
-        (this rank's share of the all-gathers, and the snapshot's size)."""
+        (this rank's share of the all-gathers, and the snapshot's size). An unsharded source is copied from its
+        parameters' own storage instead (`whole_weight_views`), checked against the gathered stream the first time."""
         t0 = time.perf_counter()
-        got, snapshot_bytes = 0, 0
+        if self._views is None:
+            alone = not dist.is_initialized() or dist.get_world_size() == 1
+            views = self.source.whole_weight_views() if alone else None
+            self._views = views or []
+            if views:  # the first version both ways: the views must hold what the stream holds
+                self._copy_views()
+                stats = self._gather(check=True)
+                return {**stats, "sync/capture_seconds": time.perf_counter() - t0}
+        if self._views:
+            self._copy_views()
+            stats = {"sync/full_bytes": float(self.payload_bytes), "sync/snapshot_bytes": float(self.payload_bytes)}
+        else:
+            stats = self._gather()
+        return {**stats, "sync/capture_seconds": time.perf_counter() - t0}
+
+    def _copy_views(self) -> None:
+        with torch.no_grad():
+            for name, view in self._views:
+                self.params[name].view(view.shape).copy_(view)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def _gather(self, check: bool = False) -> dict[str, float]:
+        got, snapshot_bytes, differs = 0, 0, []
         with torch.no_grad():
             for (name, tensor), expected in zip(self.source.named_full_weights(self.dtype), self.names, strict=True):
                 if name != expected:
                     raise RuntimeError(f"weight stream out of order: {name!r} where {expected!r} was expected")
                 got += tensor.numel() * tensor.element_size()
                 if self.rank == 0:
+                    if check and not torch.equal(self.params[name], tensor):
+                        differs.append(name)
                     self.params[name].copy_(tensor)
                     snapshot_bytes += tensor.numel() * tensor.element_size()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        return {"sync/capture_seconds": time.perf_counter() - t0, "sync/full_bytes": float(got),
-                "sync/snapshot_bytes": float(snapshot_bytes)}
+        if differs:  # a layout the views got wrong: every later version is gathered
+            log.warning("weight sync: %d parameter views (%s, ...) differ from the gathered weights; gathering from "
+                        "now on", len(differs), differs[0])
+            self._views = []
+        return {"sync/full_bytes": float(got), "sync/snapshot_bytes": float(snapshot_bytes)}
 
     def _fill_buffer(self) -> tuple:
         if self._ipc is None:

@@ -238,6 +238,33 @@ class TitanTrainer:
                 yield from self.names.to_hf(fqn, full, self._qkv.get(fqn))
                 del full
 
+    def whole_weight_views(self) -> list[tuple[str, torch.Tensor]] | None:
+        """(HF name, a view of the parameter's own storage holding that HF tensor's values) in the order of
+        `named_full_weights`, when every parameter is whole on this process (no sharding) and needs no reordering:
+        a publisher then copies straight from the parameters, once per version, with nothing gathered or allocated.
+        A fused wqkv gives three strided views (per kv group: heads_per_kv query heads, one key, one value head),
+        shaped [kv groups, heads, head_dim, dim]: the HF tensor viewed that way takes them with one copy each.
+        None when some parameter is sharded or permuted (Llama's q/k): `named_full_weights` gathers then."""
+        out = []
+        for fqn, hf_names in self.names.plan:
+            t = self.params[fqn].detach()
+            if isinstance(t, DTensor):
+                if t.device_mesh.size() > 1:
+                    return None
+                t = t.to_local()
+            if any(self.names.permuted(h) for h in hf_names):
+                return None
+            qkv = self._qkv.get(fqn)
+            if qkv is None:
+                if len(hf_names) > 1:  # a fused bias
+                    return None
+                out.append((hf_names[0], t))
+                continue
+            hd, per_kv = qkv.head_dim, qkv.heads_per_kv
+            w = t.view(-1, per_kv + 2, hd, *t.shape[1:])  # [kv groups, per_kv q heads + k + v, head_dim, dim]
+            out += list(zip(hf_names, (w[:, :per_kv], w[:, per_kv], w[:, per_kv + 1])))
+        return out
+
     def weight_layout(self, dtype: torch.dtype | None = None) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
         """(HF name, shape, dtype) of what `named_full_weights(dtype)` yields, without gathering anything."""
         return [(n, s, dtype or torch.float32) for n, s in self.names.hf_shapes.items()]

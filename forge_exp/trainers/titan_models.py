@@ -237,9 +237,12 @@ class NameMap:
         type(qkv_module)._merge_qkv_on_load(qkv_module, sd, "")
         return sd["wqkv.weight"]
 
-    def _permute(self, hf_name: str, t: torch.Tensor, forward: bool) -> torch.Tensor:
+    def permuted(self, hf_name: str) -> bool:
         """Llama: TorchTitan's ComplexRoPE pairs adjacent dims, HF rotates halves; q/k rows are permuted between."""
-        if self.arch.family != "llama3" or not hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+        return self.arch.family == "llama3" and hf_name.endswith(("q_proj.weight", "k_proj.weight"))
+
+    def _permute(self, hf_name: str, t: torch.Tensor, forward: bool) -> torch.Tensor:
+        if not self.permuted(hf_name):
             return t
         heads = self.arch.n_heads if hf_name.endswith("q_proj.weight") else self.arch.n_kv_heads
         adapter = _adapter(self.arch, self.model_config)

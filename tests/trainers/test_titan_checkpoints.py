@@ -51,16 +51,27 @@ def test_dcp_saved_with_n_procs_resumes_with_m(tmp_path, family, saved_on, resum
 
 
 @pytest.mark.slow
-def test_weight_sync_from_the_sharded_trainer(tmp_path):
+@pytest.mark.parametrize(("world", "parallelism", "views"), [(2, "fsdp", False), (1, "single", True)])
+def test_weight_sync_from_the_sharded_trainer(tmp_path, world, parallelism, views):
+    """Sharded, the full weights are gathered; on one process they are copied from the parameters' own storage
+    (checked against the gathered stream at the first version). Both load into the generator's model exactly."""
     checkpoint, batches, _ = _case(tmp_path, "qwen3")
-    out = run_world(2, tmp_path / "runs", "sync_job", checkpoint=checkpoint, batches=batches, parallelism="fsdp")
+    out = run_world(world, tmp_path / "runs", "sync_job", checkpoint=checkpoint, batches=batches,
+                    parallelism=parallelism)
     full = out["full"]
     nbytes = sum(t.numel() * 4 for t in full.values())
     f32, bf16 = out["None"], out[str(torch.bfloat16)]
     assert f32["transport"] == bf16["transport"] == "local"
     assert f32["stats"]["sync/snapshot_bytes"] == nbytes and bf16["stats"]["sync/snapshot_bytes"] == nbytes / 2
+    assert bool(f32["views"]) == bool(bf16["views"]) == views
     for name, t in full.items():
         assert torch.equal(f32["loaded"][name], t), name
         assert torch.equal(f32["state"][name], t), name
         assert torch.equal(bf16["loaded"][name], t.to(torch.bfloat16).float()), name
         assert bf16["state"][name].dtype == torch.bfloat16
+    later = out["next"]
+    assert later["full"].keys() == later["snapshot"].keys()
+    for name, t in later["full"].items():  # the snapshot followed the step
+        assert torch.equal(later["snapshot"][name], t), name
+    moved = [n for n, t in later["full"].items() if not torch.equal(t, full[n].to(torch.bfloat16))]
+    assert len(moved) > len(full) / 2, moved  # (some norm weights move less than a bf16 step)

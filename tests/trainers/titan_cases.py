@@ -184,7 +184,8 @@ def sync_job(checkpoint: str, batches: str, parallelism: str) -> dict:
 
     trainer = TitanTrainer.from_pretrained(checkpoint, degrees=degrees(parallelism, dist.get_world_size()),
                                            loss=loss_fn(), lr=LR)
-    train_and_record(trainer, torch.load(batches, weights_only=False)[:1], 1)
+    two = torch.load(batches, weights_only=False)[:2]
+    train_and_record(trainer, two[:1], 1)
     full = {n: t.clone() for n, t in trainer.named_full_weights()}
     out = {"full": full}
     for dtype in (None, torch.bfloat16):
@@ -200,5 +201,11 @@ def sync_job(checkpoint: str, batches: str, parallelism: str) -> dict:
         state = publisher.publish(version=1).state
         out[str(dtype)] = {"stats": stats, "transport": transport,
                            "loaded": {n: p.detach().clone() for n, p in generator.named_parameters()},
-                           "state": state}
+                           "state": state, "views": len(publisher._views)}
+    # a later version: one process copies from the parameters' own storage (checked against the stream once, above)
+    train_and_record(trainer, two[1:], 1)
+    publisher.capture()
+    out["next"] = {"full": {n: t.clone() for n, t in trainer.named_full_weights(torch.bfloat16)}}
+    if dist.get_rank() == 0:
+        out["next"]["snapshot"] = {n: publisher.params[n].clone() for n in publisher.names}
     return out

@@ -16,7 +16,8 @@ from forge_exp.config.algorithm import SFTAlgorithm
 from forge_exp.rl.types import TrainBatch
 from forge_exp.trainers.update import available_inputs
 from forge_exp.runtime.build import build
-from forge_exp.runtime.weight_sync import ShardedWeightPublisher, WeightPublisher, push
+from forge_exp.runtime.sharded_weights import ShardedWeightPublisher
+from forge_exp.runtime.weight_sync import WeightPublisher, push
 
 
 def publisher_of(engine) -> WeightPublisher:

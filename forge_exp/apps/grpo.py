@@ -13,6 +13,7 @@ next batch taken while a step trains, checkpoints, stop signals, progress) is th
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from forge_exp.rl.episodes import group_advantages, penalize_overlong, to_episod
 from forge_exp.rl.filters import DynamicSampling
 from forge_exp.rl.types import Group
 from forge_exp.runtime.services import Runtime, Service
+from forge_exp.runtime.timeline import Timeline
 from forge_exp.tracking.mlflow import Tracker
 
 
@@ -70,6 +72,7 @@ class Handles:
     ref_model: Service | None
     pad_id: int
     warm_start: dict[str, float]  # metrics of the warm start run by this experiment ({} when cached or none)
+    timeline: Timeline | None = None  # every service call (runtime/timeline.py): each step's timeline/ metrics
 
 
 async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Handles:
@@ -103,7 +106,7 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     await trainer.route().push_weights.call_one(generator.fanout())  # generators start at the trainer's version
     pad_id = await generator.route().pad_id.call_one()
     h = Handles(GRPORun.of(cfg), dataset, generator, samplers(cfg, generator, scorers), trainer, buffer, ref_model,
-                pad_id, warm)
+                pad_id, warm, runtime.timeline)
     if resume and resume.loop:  # the prompt stream and the replay buffer as the interrupted run left them
         await restore(dataset, buffer, resume.loop)
     return h
@@ -156,7 +159,7 @@ async def train(h: Handles, tracker: Tracker, resume: ResumeState | None = None)
                                 "eval/accuracy" if heldout else None)
     tracker.begin()  # every process is up: the MLflow run is created while the first steps run
     overlap = Overlap(steps, h.buffer, h.dataset, a.prompts_per_step * a.group_size, a.max_policy_age,
-                      RewardWatch(*run.reward_failures), lambda: h.samplers.reward.route().errors.call_one())
+                      RewardWatch(*run.reward_failures), lambda: h.samplers.reward.route().errors.call_one(), h.timeline)
     async with overlap.running(rollouts(h, overlap)):
         async for step, episodes in overlap.training_batches():  # the next one is taken while this one trains
             batch = collate_episodes(episodes, h.pad_id)
@@ -173,5 +176,7 @@ async def train(h: Handles, tracker: Tracker, resume: ResumeState | None = None)
     if overlap.samples:
         tracker.log_table({k: [row[k] for row in overlap.samples] for k in overlap.samples[0]},
                           "samples/completions.json")
+    if h.timeline is not None:  # every service call of the run: open it in Perfetto or chrome://tracing
+        tracker.log_text(json.dumps(h.timeline.chrome_trace()), "timeline.json")
     return {f"{k}_{when}": v for when, m in (("start", start), ("end", end)) for k, v in m.items()
             if k.endswith("/accuracy")}  # overall, and each task's of a mix

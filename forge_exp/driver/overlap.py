@@ -26,6 +26,7 @@ from forge_exp.driver.checkpoint import step_dir
 from forge_exp.driver.faults import STOP, RewardWatch, Stopped
 from forge_exp.driver.steps import Steps
 from forge_exp.runtime.services import Service
+from forge_exp.runtime.timeline import Timeline
 
 log = logging.getLogger(__name__)
 STALL_STEPS = 10  # steps in a row with no group of mixed rewards before the run says it is learning nothing
@@ -83,12 +84,14 @@ class Quiesce:
 
 class Overlap:
     """Batches of `batch_episodes` episodes go from the rollouts to the training steps of `steps` through `buffer`.
-    `published` is the newest weight version every generator has. `reward_errors` returns the reward workers' last
+    `published` is the newest weight version every generator has; `timeline` (runtime/timeline.py) gives each step
+    where its wall time went. `reward_errors` returns the reward workers' last
     errors, for the message of a reward that keeps failing. Its checkpoints hold loop.json (`snapshot`)."""
 
     def __init__(self, steps: Steps, buffer: Service, dataset: Service, batch_episodes: int, max_policy_age: int,
-                 watch: RewardWatch, reward_errors: Callable[[], Awaitable[dict]]):
+                 watch: RewardWatch, reward_errors: Callable[[], Awaitable[dict]], timeline: Timeline | None = None):
         self.steps, self.buffer, self.dataset = steps, buffer, dataset
+        self.timeline = timeline  # the run's service calls: each step's timeline/ metrics
         self.n, self.max_age = batch_episodes, max_policy_age
         self.watch, self.reward_errors = watch, reward_errors
         steps.snapshot = self.snapshot
@@ -186,8 +189,11 @@ class Overlap:
         self.changed.notify()
         if self.rollout_metrics:  # batches leave the buffer in order
             metrics.update(self.rollout_metrics.popleft())
+        now = time.perf_counter()
+        if self.timeline is not None:  # from taking the batch to the generators holding the new version
+            metrics.update(self.timeline.breakdown(self.t0, now))
         metrics.update({
-            "time/step_seconds": time.perf_counter() - self.t0,
+            "time/step_seconds": now - self.t0,
             "time/wait_seconds": self.wait,
             "train/policy_age": float((step - 1 - policy_versions).float().mean()),
         })

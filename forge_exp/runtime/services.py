@@ -5,7 +5,8 @@ same mesh (so on `services=single_gpu` the trainer, reference model and generato
 A mesh on cluster nodes (cluster=slurm) is spawned on its hosts in the run's job instead (runtime/hosts.py).
 `route()` reaches one replica (round-robin), `fanout()` all of them. A collective service (a sharded trainer: one
 torch.distributed world over its processes, which `spawn_collective` sets up) is called on every process of the
-replica at once; `call_one` then returns rank 0's answer.
+replica at once; `call_one` then returns rank 0's answer. Every `route().<endpoint>.call_one(...)` is a span of the
+run's timeline (runtime/timeline.py: where the time goes).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from forge_exp.runtime import zygote
 from forge_exp.runtime.bootstrap import bootstrap_command
 from forge_exp.runtime.layout import MeshPlan
 from forge_exp.runtime.supervision import Supervisor, configure_monarch
+from forge_exp.runtime.timeline import Timeline
 
 if TYPE_CHECKING:
     from forge_exp.runtime.hosts import ClusterHosts
@@ -32,8 +34,10 @@ log = logging.getLogger(__name__)
 class Service:
     """Handle to one service's actors: `route()` → one replica, `fanout()` → every replica."""
 
-    def __init__(self, name: str, actors: Any, replicas: int, collective: bool = False, local: bool = False):
+    def __init__(self, name: str, actors: Any, replicas: int, collective: bool = False, local: bool = False,
+                 timeline: Timeline | None = None):
         self.name = name
+        self.timeline = timeline  # records the calls made through route()
         self.actors = actors
         self.replicas = replicas
         self.collective = collective
@@ -42,10 +46,12 @@ class Service:
 
     def route(self) -> Any:
         if self.local:
-            return self.actors
-        if self.collective:
-            return _EveryProcess(self.actors.slice(replicas=next(self._next)))
-        return self.actors.slice(replicas=next(self._next), procs=0)
+            target = self.actors
+        elif self.collective:
+            target = _EveryProcess(self.actors.slice(replicas=next(self._next)))
+        else:
+            target = self.actors.slice(replicas=next(self._next), procs=0)
+        return target if self.timeline is None else _Timed(target, self.name, self.timeline)
 
     def replica(self, i: int) -> Any:
         return self.actors if self.local else self.actors.slice(replicas=i, procs=0)
@@ -65,6 +71,7 @@ class Runtime:
         self.procs: dict[str, ProcMesh] = {}
         self.worlds: dict[str, Any] = {}  # torch.distributed worlds over a mesh (spawn_collective)
         self.supervisor = Supervisor()
+        self.timeline = Timeline()  # every service call the app makes through route()
         if not any(zygote.forks(p) for p in meshes.values()):
             zygote.stop()  # no proc of this run can be forked (GPU or cluster meshes only): free its memory now
 
@@ -88,11 +95,11 @@ class Runtime:
             plan = next(p for p in self.plans.values() if service in p.services)
             actors = this_proc().spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads,
                                        **kwargs)
-            return Service(service, actors, 1, local=True)
+            return Service(service, actors, 1, local=True, timeline=self.timeline)
         plan, procs = self._mesh_for(service)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
         self.supervisor.meshes[service] = plan.name
-        return Service(service, actors, plan.replicas)
+        return Service(service, actors, plan.replicas, timeline=self.timeline)
 
     async def spawn_collective(self, service: str, actor_cls: type, *args: Any, backend: str, **kwargs: Any) -> Service:
         """Make the service's processes one torch.distributed world (runtime/torch_world.py: Monarch hands out the
@@ -107,7 +114,7 @@ class Runtime:
                                                         local_world_size=plan.procs_per_host)
         actors = procs.spawn(service, actor_cls, *args, devices=plan.devices, threads=plan.threads, **kwargs)
         self.supervisor.meshes[service] = plan.name
-        return Service(service, actors, plan.replicas, collective=True)
+        return Service(service, actors, plan.replicas, collective=True, timeline=self.timeline)
 
     def _in_controller(self, service: str) -> bool:
         """services.<service>.mesh=controller: the actor lives in this process (stopped when it exits)."""
@@ -176,3 +183,21 @@ class _Collective:
             if point.rank == 0:
                 return value
         raise RuntimeError("a collective call returned no answer from rank 0")
+
+
+class _Timed:
+    """A replica's endpoints, each `call_one` recorded as a span of the run's timeline."""
+
+    def __init__(self, target: Any, service: str, timeline: Timeline):
+        self._target, self._service, self._timeline = target, service, timeline
+
+    def __getattr__(self, endpoint: str) -> "_TimedEndpoint":
+        return _TimedEndpoint(getattr(self._target, endpoint), self._service, endpoint, self._timeline)
+
+
+class _TimedEndpoint:
+    def __init__(self, endpoint: Any, service: str, name: str, timeline: Timeline):
+        self._endpoint, self._service, self._name, self._timeline = endpoint, service, name, timeline
+
+    async def call_one(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._timeline.timed(self._service, self._name, self._endpoint.call_one(*args, **kwargs))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -95,6 +97,16 @@ def test_default_experiment_learns_and_lands_in_mlflow(tmp_path, cli):
         a.path for a in client.list_artifacts(run.info.run_id, "samples")
     }
     assert artifacts == {"config/resolved.yaml", "samples/completions.json"}
+    # where each step's time went (runtime/timeline.py), and every service call as a trace
+    m = run.data.metrics
+    assert 0 < m["timeline/train_seconds"] <= m["time/step_seconds"] + 1e-6
+    assert 0 < m["timeline/sync_seconds"] < m["timeline/train_seconds"] + m["timeline/sync_seconds"] <= \
+        m["time/step_seconds"] + 1e-6
+    assert 0 <= m["timeline/idle_seconds"] <= m["time/step_seconds"]
+    trace = json.loads(Path(client.download_artifacts(run.info.run_id, "timeline.json", str(tmp_path))).read_text())
+    calls = [(e["tid"], e["name"]) for e in trace["traceEvents"]]
+    assert calls.count(("trainer", "train_step")) == STEPS, calls
+    assert ("generator", "generate") in calls and ("reward", "score") in calls
 
 
 def test_a_rollout_correction_run_logs_the_mismatch(tmp_path, cli):

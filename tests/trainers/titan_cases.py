@@ -178,7 +178,8 @@ def sync_job(checkpoint: str, batches: str, parallelism: str) -> dict:
     model (the generator's side) by the same-process path and check the CPU-state path; float32 and bf16."""
     from transformers import AutoModelForCausalLM
 
-    from forge_exp.runtime.weight_sync import ShardedWeightPublisher, WeightReceiver
+    from forge_exp.runtime.sharded_weights import ShardedWeightPublisher
+    from forge_exp.runtime.weight_sync import WeightReceiver
     from forge_exp.trainers.parallel import degrees
     from forge_exp.trainers.titan import TitanTrainer
 

@@ -27,6 +27,7 @@ KEYS = (
     "time/step_seconds", "time/wait_seconds", "train/seconds", "train/tokens_per_s", "generator/seconds",
     "generator/tokens", "generator/tokens_per_s", "generator/sync_seconds", "sync/seconds", "train/policy_age",
     "rollout/policy_age", "loss/total", "reward/mean", "train/grad_norm", "sync/bytes",
+    *(f"timeline/{k}_seconds" for k in ("rollout", "reference", "train", "sync", "score", "overlap", "idle")),
 )
 
 
@@ -143,6 +144,8 @@ def main() -> None:
         "train_tflops": train_flops / train_s / 1e12 if train_s else None,
         "generation_tflops": gen_flops / gen_s / 1e12 if gen_s else None,
         "bf16_matmul_tflops_measured": matmul / 1e12,
+        # where a step's wall time went (runtime/timeline.py: service calls as the controller saw them)
+        "timeline_seconds": {k.split("/")[1].removesuffix("_seconds"): med(k) for k in KEYS if k.startswith("timeline/")},
         "per_step": {k: [history[k].get(s) for s in steps] for k in KEYS},
         **(memory(args.mem) if args.mem else {}),
     }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The one-GPU GRPO step (gpu.md's shape: Qwen3-1.7B, 4 prompts x 8, 256 + 512 tokens, beta 0.04, services=single_gpu,
+# the native generator), trainer=titan, in variants side by side in one call: each a fresh `forge-exp` run through
+# run_layouts.sh (STEPS steps, medians after step 2), then step_table.py's table and $OUT/steps.json.
+#
+#   source benchmarks/gpu/install.sh && python3 benchmarks/gpu/make_model.py --out /tmp/gpubench
+#   bash benchmarks/gpu/run_step.sh                  # every variant below
+#   bash benchmarks/gpu/run_step.sh ga1 ga1_seq      # some of them
+#   BASE_SITE=/tmp/site_base bash benchmarks/gpu/run_step.sh base_ga4   # a variant on another install of forge_exp
+#
+# Variants (tag: overrides after trainer=titan trainer.compile=true):
+#   ga4          algorithm.grad_accum=4 (run_layouts.sh's batch split; the step as measured before)
+#   ga1          algorithm.grad_accum=1 (the batch in one forward, as the trainer alone ran at 63% MFU)
+#   ga1_seq      + algorithm.max_policy_age=0: rollouts and training take turns (on-policy), no overlap
+#   ga1_lowprio  + generator.high_priority=false: the generator's decode on a normal-priority stream
+#   hf_ga4       trainer=hf (transformers), grad_accum 4
+#   base_ga4     ga4 run by the forge_exp installed at $BASE_SITE (an earlier commit: A/B in one call)
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+export BENCH=${BENCH:-/tmp/gpubench}
+export OUT=${OUT:-$BENCH/out}
+export STEPS=${STEPS:-8}
+TITAN=(trainer=titan trainer.compile=true)
+declare -A VARIANTS=(
+  [ga4]="${TITAN[*]} algorithm.grad_accum=4"
+  [ga1]="${TITAN[*]} algorithm.grad_accum=1"
+  [ga1_seq]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=0"
+  [ga1_lowprio]="${TITAN[*]} algorithm.grad_accum=1 generator.high_priority=false"
+  [hf_ga4]="trainer=hf algorithm.grad_accum=4"
+  [base_ga4]="${TITAN[*]} algorithm.grad_accum=4"
+)
+ORDER=(ga4 ga1 ga1_seq ga1_lowprio hf_ga4 base_ga4)
+TAGS=("$@")
+[ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
+for tag in "${TAGS[@]}"; do
+  [ -n "${VARIANTS[$tag]:-}" ] || { echo "unknown variant $tag (one of ${ORDER[*]})" >&2; exit 2; }
+  read -r -a overrides <<< "${VARIANTS[$tag]}"
+  if [[ $tag == base_* ]]; then
+    PYTHONPATH="${BASE_SITE:?BASE_SITE: the earlier forge_exp install}:$PYTHONPATH" TAG=$tag \
+      bash "$HERE/run_layouts.sh" single_gpu "${overrides[@]}" || true
+  else
+    TAG=$tag bash "$HERE/run_layouts.sh" single_gpu "${overrides[@]}" || true
+  fi
+done
+python3 "$HERE/step_table.py" "$OUT" "${TAGS[@]}"

@@ -192,7 +192,17 @@ class _Timed:
         self._target, self._service, self._timeline = target, service, timeline
 
     def __getattr__(self, endpoint: str) -> "_TimedEndpoint":
+        if endpoint.startswith("_"):
+            raise AttributeError(endpoint)
         return _TimedEndpoint(getattr(self._target, endpoint), self._service, endpoint, self._timeline)
+
+    def __reduce__(self):
+        # Handed to another actor (an env's generator route), a replica travels as itself: spans are the driver's.
+        return _untimed, (self._target,)
+
+
+def _untimed(target: Any) -> Any:
+    return target
 
 
 class _TimedEndpoint:

@@ -70,3 +70,15 @@ def test_a_failing_call_still_ends_its_span():
         asyncio.run(t.timed("trainer", "train_step", boom()))
     (span,) = t.spans
     assert span.end is not None and span.end >= span.start
+
+
+def test_a_timed_replica_handed_to_another_actor_travels_untimed():
+    import cloudpickle
+
+    from forge_exp.runtime.services import _Timed
+
+    t = Timeline()
+    timed = _Timed(["a replica"], "generator", t)
+    assert cloudpickle.loads(cloudpickle.dumps(timed)) == ["a replica"]
+    with pytest.raises(AttributeError):
+        timed.__setstate__

@@ -83,13 +83,15 @@ def response_budget(cfg) -> int:
     return cfg.env.max_total_tokens if cfg.env.multi_turn else cfg.dataset.max_new_tokens
 
 
-async def spawn_trainer(cfg, runtime, init_path: str | None, resume_step: int = 0, total_steps: int = 0) -> Service:
-    """The trainer service: one process (trainer=hf), or a sharded engine on every process of the trainer mesh, one
-    torch.distributed world (trainer=titan: nccl on GPUs, gloo on CPU)."""
+async def spawn_trainer(cfg, runtime, init_path: str | None, resume_step: int = 0,
+                        lr_schedule: tuple[int, int] | None = None) -> Service:
+    """The trainer service, told the inputs the algorithm's loss takes and the lr schedule ((warm-up steps, total
+    steps); None: a constant lr): one process (trainer=hf), or a sharded engine on every process of the trainer
+    mesh, one torch.distributed world (trainer=titan: nccl on GPUs, gloo on CPU)."""
     from forge_exp.actors.trainer import Trainer
 
-    args = (cfg.trainer, cfg.model, cfg.algorithm, init_path, cfg.seed)
-    kwargs = {"resume_step": resume_step, "total_steps": total_steps}
+    args = (cfg.trainer, cfg.model, cfg.algorithm, init_path, cfg.seed, cfg.algorithm.loss_inputs)
+    kwargs = {"resume_step": resume_step, "lr_schedule": lr_schedule}
     if not cfg.trainer.collective:
         return runtime.spawn("trainer", Trainer, *args, **kwargs)
     degrees = cfg.parallelism.degrees(cfg.services.trainer.procs)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forge_exp.config.algorithm import SFTAlgorithm
 from forge_exp.config.logger import extra_loggers
 from forge_exp.config.run import ForgeConfig
 from forge_exp.runtime.build import build, build_reward, locate
@@ -33,7 +32,7 @@ def resolve_model(config: ForgeConfig) -> list[str]:
         dtype, why = auto_dtype(on_gpu)
         config.model.dtype = type(config.model.dtype)[dtype]
         notes.append(f"model.dtype=auto: {dtype} ({why})")
-    if getattr(config.generator, "enable_sleep_mode", False) and not isinstance(config.algorithm, SFTAlgorithm):
+    if getattr(config.generator, "enable_sleep_mode", False) and config.algorithm.app == "grpo":
         # docs/generators.md: Sleep mode
         notes.append("generator.enable_sleep_mode=true: the GRPO loop does not put the engine to sleep while the "
                      "trainer steps, as it samples the next batch meanwhile (rollouts overlap training); its memory is "
@@ -45,18 +44,16 @@ def check(config: ForgeConfig) -> None:
     import torch
 
     from forge_exp.rl.losses import check_loss_inputs
-    from forge_exp.trainers.update import available_inputs
     from forge_exp.runtime.layout import check_gpus, plan_for
 
     loss = build(config.algorithm.loss, "algorithm.loss")
-    sft = isinstance(config.algorithm, SFTAlgorithm)
+    inputs = config.algorithm.loss_inputs
+    sft = config.algorithm.app == "sft"
     if sft:
-        from forge_exp.trainers.hf import SFT_INPUTS
-
-        check_loss_inputs(loss, SFT_INPUTS, key="algorithm.loss (algorithm=sft)")
+        check_loss_inputs(loss, inputs, key="algorithm.loss (algorithm=sft)")
     else:
-        check_loss_inputs(loss, available_inputs(config.algorithm.needs_reference))
-        probe_loss(loss, available_inputs(config.algorithm.needs_reference))
+        check_loss_inputs(loss, inputs)
+        probe_loss(loss, inputs)
     if not config.reward.functions:
         raise ValueError("reward.functions is empty: give at least one reward function")
     build_reward(config.reward)

@@ -32,7 +32,7 @@ from forge_exp.apps.rundir import claim_given, held, own_dirs
 from forge_exp.config.aliases import expand
 from forge_exp.config.enums import plain
 from forge_exp.config.store import register
-from forge_exp.config.validate import ConfigError, suggest, validate
+from forge_exp.config.validate import ConfigError, suggest, unknown_to_base, validate
 from forge_exp.runtime.supervision import ServiceFailed
 from forge_exp.tracking.store import TrackingRefused
 
@@ -338,6 +338,8 @@ def explain(e: Exception, args: list[str]) -> str | None:
                 f"characters for Hydra as well as the shell: 'key=\"value\"'")
     if isinstance(e, ConfigCompositionException):
         text = str(e)
+        if unchosen := unknown_to_base(text):
+            return unchosen
         m = re.search(r"Could not (?:override|append to|delete from) '([^']+)'", text) or re.search(
             r"Key '([^']+)' not in", text)
         if m:

@@ -1,6 +1,7 @@
 """Trainer service: owns the policy weights and the optimizer, through the engine `trainer=` names
 (trainers/hf.py, trainers/titan_backend.py); publishes each new version to the generators. The same endpoints serve
-the GRPO family (train_step) and SFT (sft_step, sft_eval). A sharded engine runs on every process of the trainer's
+the GRPO family (train_step) and SFT (sft_step, sft_eval): the app tells it what its loss takes and its lr schedule,
+without it asking which algorithm runs. A sharded engine runs on every process of the trainer's
 mesh, one torch.distributed world: each endpoint is then called on all of them (runtime/services.py: a collective
 service), and the answer is rank 0's."""
 
@@ -12,9 +13,7 @@ import torch
 from monarch.actor import Actor, endpoint
 
 from forge_exp.actors.placement import place
-from forge_exp.config.algorithm import SFTAlgorithm
 from forge_exp.rl.types import TrainBatch
-from forge_exp.trainers.update import available_inputs
 from forge_exp.runtime.build import build
 from forge_exp.runtime.sharded_weights import ShardedWeightPublisher
 from forge_exp.runtime.weight_sync import WeightPublisher, push
@@ -30,22 +29,19 @@ def publisher_of(engine) -> WeightPublisher:
 
 
 class Trainer(Actor):
-    def __init__(self, trainer, model, algorithm, init_path: str | None, seed: int, resume_step: int = 0,
-                 total_steps: int = 0, degrees=None, *, devices, threads):
-        """`degrees`: the sharded engine's parallelism (trainers/parallel.py: Degrees); None for one process."""
+    def __init__(self, trainer, model, algorithm, init_path: str | None, seed: int, inputs: set[str],
+                 resume_step: int = 0, lr_schedule: tuple[int, int] | None = None, degrees=None, *, devices, threads):
+        """`inputs`: what the step hands the loss (the algorithm's loss_inputs); `lr_schedule`: (warm-up steps,
+        total steps) of a warm-up then cosine decay, None for a constant lr; `degrees`: the sharded engine's
+        parallelism (trainers/parallel.py: Degrees), None for one process."""
         device = place(devices, threads, seed)
-        sft = isinstance(algorithm, SFTAlgorithm)
-        if sft:
-            from forge_exp.trainers.sft import SFT_INPUTS as inputs
-        else:
-            inputs = available_inputs(algorithm.needs_reference)
         self.engine = build(
             trainer, "trainer", model=build(model, "model"), loss=build(algorithm.loss, "algorithm.loss"),
             device=device, lr=algorithm.lr, weight_decay=algorithm.weight_decay, loss_inputs=inputs,
             init_path=init_path, resume_step=resume_step, **({"degrees": degrees} if trainer.collective else {}),
         )
-        if sft:
-            self.engine.lr_schedule(algorithm.warmup_steps, total_steps)
+        if lr_schedule is not None:
+            self.engine.lr_schedule(*lr_schedule)
         self.algorithm = algorithm
         self.version = resume_step
 

@@ -1,19 +1,15 @@
-"""The loops. `run_app` picks one from the config: `mode=eval` → apps/eval.py, `algorithm=sft` → apps/sft.py,
-every other algorithm (the GRPO family) → apps/grpo.py."""
+"""The loops. `run_app` picks one from the config: `mode=eval` → apps/eval.py, else the loop the algorithm's
+schema names (its `app`): apps/sft.py for `algorithm=sft`, apps/grpo.py for the GRPO family."""
 
 from __future__ import annotations
 
+from importlib import import_module
+
 
 async def run_app(config, runtime, tracker, resume=None) -> dict[str, float]:
-    from forge_exp.config.algorithm import SFTAlgorithm
-
-    if config.mode == "eval":
-        from forge_exp.apps import eval as app
-    elif isinstance(config.algorithm, SFTAlgorithm):
-        from forge_exp.apps import sft as app
-    else:
-        return await _grpo(config, runtime, tracker, resume)
-    return await app.run(config, runtime, tracker, resume)
+    app = "eval" if config.mode == "eval" else config.algorithm.app
+    run = _grpo if app == "grpo" else import_module(f"forge_exp.apps.{app}").run
+    return await run(config, runtime, tracker, resume)
 
 
 async def _grpo(config, runtime, tracker, resume) -> dict[str, float]:

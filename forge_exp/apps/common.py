@@ -9,16 +9,15 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from forge_exp.apps.rollout import Samplers, sample_groups, task_accuracy
+from forge_exp.apps.rollout import Samplers, rollout_kind, sample_groups, task_accuracy
 from forge_exp.config.enums import plain
-from forge_exp.envs.report import episode_metrics
 from forge_exp.rl.types import Problem
 from forge_exp.runtime.services import Service
 
 
 @dataclass(frozen=True)
 class EvalPlan:
-    """How a run evaluates, read once from the config (`eval.*`, the run's seed, `env.tools_enabled`)."""
+    """How a run evaluates, read once from the config (`eval.*`, the run's seed, the env's tool control)."""
 
     pass_k: int
     temperature: float  # pass@k's
@@ -27,14 +26,14 @@ class EvalPlan:
 
     @classmethod
     def of(cls, cfg) -> EvalPlan:
-        return cls(cfg.eval.pass_k, cfg.eval.temperature, cfg.seed, getattr(cfg.env, "tools_enabled", False))
+        return cls(cfg.eval.pass_k, cfg.eval.temperature, cfg.seed, cfg.env.tool_control)
 
 
 async def evaluate(s: Samplers, problems: list[Problem], step: int, plan: EvalPlan) -> dict[str, float]:
     """Greedy accuracy on the held-out problems (and each task's, for a mix); with pass_k > 1 also pass@k at the
-    plan's temperature (seeded by the run's seed and the step). A multi-turn run adds how the policy uses its tools,
-    and, for an environment whose tools can be switched off, the accuracy without them (every call answered with an
-    error). No held-out problems (dataset.eval_size=0): no metrics."""
+    plan's temperature (seeded by the run's seed and the step). The samplers' kind adds its own (a multi-turn run:
+    how the policy uses its tools, and the accuracy without them). No held-out problems (dataset.eval_size=0): no
+    metrics."""
     from forge_exp.driver.checkpoint import rollout_seed
 
     out: dict[str, float] = {}
@@ -44,12 +43,7 @@ async def evaluate(s: Samplers, problems: list[Problem], step: int, plan: EvalPl
     out["eval/accuracy"] = statistics.fmean(float(g.correct[0]) for g in groups)
     out["eval/reward"] = statistics.fmean(g.rewards[0] for g in groups)
     out.update(task_accuracy(groups, "eval"))  # a mix of tasks: each one's own (eval/<task>/accuracy)
-    if s.multi_turn:
-        episodes = episode_metrics(groups)
-        out.update({f"eval/{k}": episodes[f"env/{k}"] for k in ("tool_call_rate", "turns_mean", "malformed_rate")})
-        if plan.no_tool_control:
-            groups, _ = await sample_groups(s, problems, 1, 0.0, 1.0, env_overrides={"tools_enabled": False})
-            out["eval/accuracy_no_tool"] = statistics.fmean(float(g.correct[0]) for g in groups)
+    out.update(await s.eval_metrics(groups, problems, plan.no_tool_control))
     k = plan.pass_k
     if k > 1:
         groups, _ = await sample_groups(s, problems, k, plan.temperature, 1.0,
@@ -61,35 +55,32 @@ async def evaluate(s: Samplers, problems: list[Problem], step: int, plan: EvalPl
 
 
 def samplers(cfg, generator: Service, scorers: dict[str, Service]) -> Samplers:
-    """The run's samplers (scorers: spawn_scorers'), with what they read of the config."""
-    return Samplers(generator, **scorers, in_flight=cfg.services.generator.in_flight,
-                    max_new_tokens=cfg.dataset.max_new_tokens, reward_functions=tuple(cfg.reward.functions))
+    """The run's samplers, of the env option's kind (scorers: spawn_scorers'), with what they read of the config."""
+    return rollout_kind(cfg.env)(generator, scorers[cfg.env.scorer], response_budget(cfg),
+                                 cfg.services.generator.in_flight, tuple(cfg.reward.functions))
 
 
 def spawn_scorers(cfg, runtime) -> dict[str, Service]:
-    """Reward workers for a single-turn run, environment workers for a multi-turn one (they score their own
-    episodes), spawned where `services` says: Samplers' `reward=` or `env=`."""
-    if cfg.env.multi_turn:
-        from forge_exp.actors.env import EnvWorker
-
-        return {"env": runtime.spawn("env", EnvWorker, cfg.env, cfg.model)}
-    from forge_exp.actors.reward import RewardWorker
-
-    return {"reward": runtime.spawn("reward", RewardWorker, cfg.reward)}
+    """The service that scores the env option's episodes, by its name (env.scorer), spawned where `services` says:
+    reward workers for a single-turn run, environment workers (which score their own episodes) for a multi-turn
+    one."""
+    return {cfg.env.scorer: rollout_kind(cfg.env).spawn_scorer(runtime, cfg.env, cfg.reward, cfg.model)}
 
 
 def response_budget(cfg) -> int:
     """The most tokens a sample may hold after its prompt: one completion's, or a whole episode's."""
-    return cfg.env.max_total_tokens if cfg.env.multi_turn else cfg.dataset.max_new_tokens
+    return cfg.env.response_budget(cfg.dataset)
 
 
-async def spawn_trainer(cfg, runtime, init_path: str | None, resume_step: int = 0, total_steps: int = 0) -> Service:
-    """The trainer service: one process (trainer=hf), or a sharded engine on every process of the trainer mesh, one
-    torch.distributed world (trainer=titan: nccl on GPUs, gloo on CPU)."""
+async def spawn_trainer(cfg, runtime, init_path: str | None, resume_step: int = 0,
+                        lr_schedule: tuple[int, int] | None = None) -> Service:
+    """The trainer service, told the inputs the algorithm's loss takes and the lr schedule ((warm-up steps, total
+    steps); None: a constant lr): one process (trainer=hf), or a sharded engine on every process of the trainer
+    mesh, one torch.distributed world (trainer=titan: nccl on GPUs, gloo on CPU)."""
     from forge_exp.actors.trainer import Trainer
 
-    args = (cfg.trainer, cfg.model, cfg.algorithm, init_path, cfg.seed)
-    kwargs = {"resume_step": resume_step, "total_steps": total_steps}
+    args = (cfg.trainer, cfg.model, cfg.algorithm, init_path, cfg.seed, cfg.algorithm.loss_inputs)
+    kwargs = {"resume_step": resume_step, "lr_schedule": lr_schedule}
     if not cfg.trainer.collective:
         return runtime.spawn("trainer", Trainer, *args, **kwargs)
     degrees = cfg.parallelism.degrees(cfg.services.trainer.procs)
@@ -100,13 +91,8 @@ async def spawn_trainer(cfg, runtime, init_path: str | None, resume_step: int = 
 def generator_sizes(cfg) -> dict[str, int]:
     """The generator knobs a config may leave null, from the run's shape: KV-cache rows for every batch that may be
     in flight at once, and room for the longest prompt plus the response budget."""
-    a = cfg.algorithm
-    rows = a.prompts_per_step * a.group_size * (a.max_policy_age + 1) if hasattr(a, "group_size") else 64
-    if cfg.env.multi_turn:  # a turn's call may run turn_tokens past the shortest budget left in its batch
-        longest = cfg.env.max_total_tokens + cfg.env.turn_tokens
-    else:
-        longest = cfg.dataset.prompt_budget + cfg.dataset.max_new_tokens
-    return {"slots": rows, "max_len": longest, "max_model_len": longest}
+    longest = cfg.env.sequence_budget(cfg.dataset)
+    return {"slots": cfg.algorithm.rows_in_flight, "max_len": longest, "max_model_len": longest}
 
 
 def warm_start_dir(cfg) -> Path:
@@ -120,7 +106,7 @@ def warm_start_dir(cfg) -> Path:
     for key in ("eval_size", "eval_path", "eval_split"):
         dataset.pop(key, None)
     parts = {"model": model, "dataset": dataset, "seed": cfg.seed}
-    if demonstrations(cfg):  # trained on scripted episodes of the environment instead
+    if cfg.env.warm_start_episodes:  # trained on scripted episodes of the environment instead
         parts["env"] = {k: getattr(cfg.env, k) for k in ("name", "chat_format", "demonstrations", "direct_fraction")}
     key = json.dumps(parts, sort_keys=True, default=plain)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -130,13 +116,7 @@ def warm_start_dir(cfg) -> Path:
 
 def wants_warm_start(cfg) -> bool:
     """Only a randomly initialised model needs one, and only it has the settings (config.model.WarmstartConfig)."""
-    ws = getattr(cfg.model, "warmstart", None)
-    return ws is not None and ws.steps > 0 and not cfg.model.path
-
-
-def demonstrations(cfg) -> int:
-    """How many scripted episodes the warm start trains on (env.demonstrations; 0: bare answers)."""
-    return getattr(cfg.env, "demonstrations", 0)
+    return cfg.model.needs_warm_start
 
 
 async def warm_start(cfg, trainer: Service, dataset: Service, env: Service | None = None) -> dict[str, float]:
@@ -144,7 +124,7 @@ async def warm_start(cfg, trainer: Service, dataset: Service, env: Service | Non
     problems and their answers, or on scripted episodes the environment workers play (env.demonstrations)."""
     ws = cfg.model.warmstart
     problems = await dataset.route().sample.call_one(warm_start_draws(cfg))
-    if demonstrations(cfg):
+    if cfg.env.warm_start_episodes:
         items = await env.route().demonstrations.call_one(problems, cfg.seed)
     else:
         items = problems
@@ -154,7 +134,7 @@ async def warm_start(cfg, trainer: Service, dataset: Service, env: Service | Non
 def warm_start_draws(cfg) -> int:
     """How many problems a warm start takes from the prompt stream."""
     ws = cfg.model.warmstart
-    return demonstrations(cfg) or ws.steps * ws.batch_size
+    return cfg.env.warm_start_episodes or ws.steps * ws.batch_size
 
 
 async def skip_warm_start(cfg, dataset: Service) -> None:

@@ -25,14 +25,13 @@ from forge_exp.apps.common import (
     EvalPlan, evaluate, generator_sizes, response_budget, samplers, skip_warm_start, spawn_scorers, spawn_trainer,
     wants_warm_start, warm_start, warm_start_dir,
 )
-from forge_exp.apps.rollout import Samplers, rollout_metrics, sample_groups
+from forge_exp.apps.rollout import Samplers, sample_groups
 from forge_exp.config.algorithm import RLAlgorithm
 from forge_exp.data.collate import collate_episodes
 from forge_exp.driver.checkpoint import ResumeState, rollout_seed
 from forge_exp.driver.faults import RewardWatch
 from forge_exp.driver.overlap import Overlap, restore
 from forge_exp.driver.steps import Steps
-from forge_exp.envs.report import conversation_rows
 from forge_exp.rl.episodes import group_advantages, penalize_overlong, to_episodes
 from forge_exp.rl.filters import DynamicSampling
 from forge_exp.rl.types import Group
@@ -114,7 +113,7 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
 
 async def rollouts(h: Handles, overlap: Overlap) -> None:
     """Fill the replay buffer, a batch at a time; batch b's draws are seeded by (run seed, b, attempt)."""
-    a, max_len, multi_turn = h.run.algorithm, h.run.response_budget, h.samplers.multi_turn
+    a, max_len = h.run.algorithm, h.run.response_budget
     async for b in overlap.rollout_batches():  # each within max_policy_age of the generators' weights
         # Dynamic sampling (DAPO): drop groups whose rewards are all equal, refill up to max_sampling_attempts.
         sampler = DynamicSampling(a.prompts_per_step, a.max_sampling_attempts, enabled=a.dynamic_sampling)
@@ -137,18 +136,9 @@ async def rollouts(h: Handles, overlap: Overlap) -> None:
                 e.ref_logprobs = row[: len(e.completion.token_ids)].tolist()
         await h.buffer.route().add.call_one(episodes)
         generated["generator/tokens_per_s"] = generated["generator/tokens"] / max(generated["generator/seconds"], 1e-9)
-        metrics = {**generated, **rollout_metrics(seen, multi_turn), **sampler.metrics(),
+        metrics = {**generated, **h.samplers.metrics(seen), **sampler.metrics(),
                    "rollout/policy_age": overlap.published - min(g.policy_version for g in seen)}
-        overlap.added(len(episodes), metrics, sample_rows(seen, multi_turn))
-
-
-def sample_rows(groups: list[Group], multi_turn: bool) -> list[dict]:
-    """What samples/completions.json shows of a batch: whole conversations with roles, or its first completion."""
-    if multi_turn:
-        return conversation_rows(groups, k=2)
-    g = groups[0]
-    return [{"version": g.policy_version, "prompt": g.problem.prompt, "completion": g.completions[0].text,
-             "target": g.problem.target, "reward": g.rewards[0]}]
+        overlap.added(len(episodes), metrics, h.samplers.rows(seen))  # what samples/completions.json shows
 
 
 async def train(h: Handles, tracker: Tracker, resume: ResumeState | None = None) -> dict[str, float]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forge_exp.config.algorithm import SFTAlgorithm
 from forge_exp.config.logger import extra_loggers
 from forge_exp.config.run import ForgeConfig
 from forge_exp.runtime.build import build, build_reward, locate
@@ -33,7 +32,7 @@ def resolve_model(config: ForgeConfig) -> list[str]:
         dtype, why = auto_dtype(on_gpu)
         config.model.dtype = type(config.model.dtype)[dtype]
         notes.append(f"model.dtype=auto: {dtype} ({why})")
-    if getattr(config.generator, "enable_sleep_mode", False) and not isinstance(config.algorithm, SFTAlgorithm):
+    if getattr(config.generator, "enable_sleep_mode", False) and config.algorithm.app == "grpo":
         # docs/generators.md: Sleep mode
         notes.append("generator.enable_sleep_mode=true: the GRPO loop does not put the engine to sleep while the "
                      "trainer steps, as it samples the next batch meanwhile (rollouts overlap training); its memory is "
@@ -44,19 +43,18 @@ def resolve_model(config: ForgeConfig) -> list[str]:
 def check(config: ForgeConfig) -> None:
     import torch
 
+    from forge_exp.apps.rollout import rollout_kind
     from forge_exp.rl.losses import check_loss_inputs
-    from forge_exp.trainers.update import available_inputs
     from forge_exp.runtime.layout import check_gpus, plan_for
 
     loss = build(config.algorithm.loss, "algorithm.loss")
-    sft = isinstance(config.algorithm, SFTAlgorithm)
+    inputs = config.algorithm.loss_inputs
+    sft = config.algorithm.app == "sft"
     if sft:
-        from forge_exp.trainers.hf import SFT_INPUTS
-
-        check_loss_inputs(loss, SFT_INPUTS, key="algorithm.loss (algorithm=sft)")
+        check_loss_inputs(loss, inputs, key="algorithm.loss (algorithm=sft)")
     else:
-        check_loss_inputs(loss, available_inputs(config.algorithm.needs_reference))
-        probe_loss(loss, available_inputs(config.algorithm.needs_reference))
+        check_loss_inputs(loss, inputs)
+        probe_loss(loss, inputs)
     if not config.reward.functions:
         raise ValueError("reward.functions is empty: give at least one reward function")
     build_reward(config.reward)
@@ -77,8 +75,7 @@ def check(config: ForgeConfig) -> None:
     check_lora(model)
     check_context(config, model, sft=sft)
     check_dataset(config, model, sft=sft)
-    if config.env.multi_turn:
-        check_env(config, model)
+    rollout_kind(config.env).check(config.env, model)
     meshes = plan_for(config)
     check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
@@ -217,24 +214,3 @@ def _check_known_characters(prompt: str, tokenizer, where: str) -> None:
         check_prompt(prompt, tokenizer(prompt)["input_ids"], tokenizer)
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
-
-
-def check_env(config: ForgeConfig, model) -> None:
-    """A multi-turn environment's class takes the env node's arguments, and the model's tokenizer can write its
-    chat format: the tiny format's brackets, or a chat template for the others."""
-    from forge_exp.config.enums import plain
-    from forge_exp.envs.formats import TinyToolFormat
-
-    build(config.env, "env", partial=True)  # imports the class and binds its arguments, builds nothing
-    fmt = plain(config.env.chat_format)
-    tokenizer = model.tokenizer()
-    if fmt == "tiny":
-        unknown = getattr(tokenizer, "unk_token_id", None)
-        ids = tokenizer(TinyToolFormat.characters, add_special_tokens=False)["input_ids"]
-        if unknown is not None and unknown in ids:
-            raise ValueError(f"env.chat_format=tiny writes tool calls and results with {TinyToolFormat.characters!r}, "
-                             f"which model.alphabet lacks: add them (experiment=tool_arithmetic sets "
-                             f"model.alphabet to choices.TOOL_ALPHABET)")
-    elif not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"env.chat_format={fmt} renders turns with the tokenizer's chat template, and the model's "
-                         f"tokenizer has none: use an instruct model, or env.chat_format=tiny for model=tiny")

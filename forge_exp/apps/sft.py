@@ -37,7 +37,7 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume: ResumeState | Non
     heldout = data.eval_batches()
     batches = data.train_batches(skip=resume.step if resume else 0)  # seeded: a resumed run sees the same ones
     trainer = await spawn_trainer(cfg, runtime, str(resume.path) if resume else None,
-                                  resume.step if resume else 0, total_steps=cfg.steps)
+                                  resume.step if resume else 0, lr_schedule=(a.warmup_steps, cfg.steps))
     tracker.begin()  # the trainer is up: the MLflow run is created while it works (tracking/mlflow.py)
     steps = Steps("sft", cfg.steps, tracker, trainer, cfg.checkpoint, cfg.eval.every, cfg.progress, resume)
     start = await steps.opening(lambda: evaluate(trainer, heldout), "eval/loss" if heldout else None)

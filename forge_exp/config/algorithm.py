@@ -11,7 +11,7 @@ docs/algorithms.md describes every algorithm.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -34,8 +34,9 @@ def loss_node(schema: type) -> DictConfig:
 # ---------------------------------------------------------------------------------------------- algorithms
 @dataclass
 class AlgorithmBase:
-    """What RL and SFT share: the name, AdamW and the step around it, and the loss."""
+    """What RL and SFT share: the name, AdamW and the step around it, and the loss; and which loop runs them."""
 
+    app: ClassVar[str]  # the loop in forge_exp/apps/ that trains with this algorithm: grpo | sft
     name: str = "grpo"
     lr: float = 1e-6
     weight_decay: float = 0.0
@@ -63,11 +64,27 @@ class AlgorithmBase:
         one place that decides it."""
         return self.beta > 0
 
+    @property
+    def loss_inputs(self) -> set[str]:
+        """What the trainer's step hands this algorithm's loss, by argument name (what it is told to serve)."""
+        raise NotImplementedError
+
+    @property
+    def rows_in_flight(self) -> int:
+        """Completions that may be in flight at once, what a generator's KV cache is sized for. An algorithm that
+        samples no rollouts (SFT) sizes the generator of an evaluation (mode=eval) for this many."""
+        return 64
+
+    def check_with(self, dataset, generator) -> None:
+        """What the algorithm asks of the other groups' choices (ForgeConfig calls it; raises FieldError)."""
+
 
 @dataclass
 class RLAlgorithm(AlgorithmBase):
     """The GRPO family (apps/grpo.py). Defaults are GRPO's (DeepSeekMath, arXiv 2402.03300), batch sized for one
     node."""
+
+    app: ClassVar[str] = "grpo"
 
     # --- batch: prompts_per_step groups of group_size completions per optimizer step
     group_size: int = 8
@@ -104,6 +121,24 @@ class RLAlgorithm(AlgorithmBase):
         """The KL coefficient of the loss (0 for a loss without one); see needs_reference."""
         return float(getattr(self.loss, "beta", 0.0) or 0.0)
 
+    @property
+    def loss_inputs(self) -> set[str]:
+        from forge_exp.trainers.update import available_inputs  # torch: only where a trainer or its check runs
+
+        return available_inputs(self.needs_reference)
+
+    @property
+    def rows_in_flight(self) -> int:
+        return self.prompts_per_step * self.group_size * (self.max_policy_age + 1)
+
+    def check_with(self, dataset, generator) -> None:
+        if self.overlong_buffer is not None and self.overlong_buffer > dataset.max_new_tokens:
+            raise FieldError("algorithm.overlong_buffer", f"must be <= dataset.max_new_tokens="
+                             f"{dataset.max_new_tokens} (DAPO's L_cache within L_max), got {self.overlong_buffer}")
+        if generator.name == "vllm" and self.top_p < 1:
+            raise FieldError("algorithm.top_p", f"must be 1 with generator=vllm (got {self.top_p}): vLLM returns the "
+                             f"truncated distribution's logprobs, which the trainer does not recompute")
+
     def overlong_buffer_len(self, max_len: int) -> int:
         """L_cache of DAPO's soft overlong punishment, in tokens, for responses of at most max_len tokens."""
         return self.overlong_buffer if self.overlong_buffer is not None else max(1, max_len // 5)
@@ -113,6 +148,7 @@ class RLAlgorithm(AlgorithmBase):
 class SFTAlgorithm(AlgorithmBase):
     """Supervised fine-tuning (apps/sft.py, data/sft.py)."""
 
+    app: ClassVar[str] = "sft"
     name: str = "sft"
     lr: float = 1e-5
     batch_size: int = 8  # rows per optimizer step
@@ -127,6 +163,12 @@ class SFTAlgorithm(AlgorithmBase):
         at_least("warmup_steps", self.warmup_steps, 0)
 
     beta = 0.0  # no reference model
+
+    @property
+    def loss_inputs(self) -> set[str]:
+        from forge_exp.trainers.sft import SFT_INPUTS  # torch: only where a trainer or its check runs
+
+        return set(SFT_INPUTS)
 
 
 LOSS_SCHEMAS = LOSS_OPTIONS  # rl/loss_options.py, registered through loss_node

@@ -18,14 +18,26 @@ from forge_exp.checks import FieldError, at_least, not_empty, within
 
 
 @dataclass
-class LocalCluster:
+class ClusterBase:
+    """What every cluster option answers: its name, and which proc meshes it puts on nodes of an allocation."""
+
+    name: str = "local"
+
+    @property
+    def mesh_nodes(self) -> Dict[str, int]:
+        """Proc mesh -> nodes of the cluster allocation it spans; {}: every mesh on this host."""
+        return {}
+
+
+@dataclass
+class LocalCluster(ClusterBase):
     """conf/cluster/local.yaml: every mesh on this host."""
 
     name: str = "local"
 
 
 @dataclass
-class SlurmCluster:
+class SlurmCluster(ClusterBase):
     """conf/cluster/slurm.yaml: the meshes in `hosts` on one SLURM allocation (one sbatch for the run, one Monarch
     worker per node; `srun` starts them, the run's controller attaches to them and ends the job at its end)."""
 
@@ -64,6 +76,10 @@ class SlurmCluster:
             # Monarch passes on only the arguments that start with '-' (and drops the rest without a word)
             if not re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", arg):
                 raise FieldError("sbatch_args", f"must be sbatch options such as --mem=64G, got {arg!r}")
+
+    @property
+    def mesh_nodes(self) -> Dict[str, int]:
+        return dict(self.hosts)
 
 
 CLUSTER_SCHEMAS = {"local": LocalCluster, "slurm": SlurmCluster}

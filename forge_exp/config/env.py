@@ -1,7 +1,11 @@
 """Schemas of the `env` group (conf/env/*.yaml): what an episode is. `single_turn` is one prompt and one completion
-scored by the `reward` group (the default); every other option is a multi-turn environment built through
-`_target_` (forge_exp/envs/), run by the episode driver on environment workers, which score the episodes
-themselves. docs/agentic.md."""
+scored by the `reward` group (the default): the one-step episode; every other option is a multi-turn environment
+built through `_target_` (forge_exp/envs/), run by the episode driver on environment workers, which score the
+episodes themselves. docs/agentic.md.
+
+The chosen option's schema is where a run's episode kind is decided: EnvBase lists what the rest of the run asks of
+it (which service scores, the token budgets, the evaluation's no-tool control, the warm start's demonstrations), and
+apps/rollout.py maps it to the sampling protocol once."""
 
 from __future__ import annotations
 
@@ -13,19 +17,56 @@ from forge_exp.choices import ChatFormat
 
 
 @dataclass
-class SingleTurnEnv:
-    name: str = "single_turn"
-    multi_turn: ClassVar[bool] = False
+class EnvBase:
+    """What every env option answers, whatever its fields (no fields here: each option orders its own keys)."""
+
+    multi_turn: ClassVar[bool]
+    scorer: ClassVar[str]  # the service that scores episodes: reward workers, or the environment workers themselves
+
+    def response_budget(self, dataset) -> int:
+        """The most tokens a sample may hold after its prompt: one completion's, or a whole episode's."""
+        raise NotImplementedError
+
+    def sequence_budget(self, dataset) -> int:
+        """The longest sequence a generate call may hold: the prompt and what may follow it."""
+        raise NotImplementedError
+
+    @property
+    def tool_control(self) -> bool:
+        """The environment's tools can be switched off: an evaluation also measures the accuracy without them."""
+        return False
+
+    @property
+    def warm_start_episodes(self) -> int:
+        """Scripted episodes the supervised warm start trains on instead of bare answers (0: bare answers)."""
+        return 0
 
 
 @dataclass
-class MultiTurnEnv:
+class SingleTurnEnv(EnvBase):
+    """The one-step episode: the prompt, one completion of at most dataset.max_new_tokens, the reward workers'
+    score."""
+
+    name: str = "single_turn"
+    multi_turn: ClassVar[bool] = False
+    scorer: ClassVar[str] = "reward"
+
+    def response_budget(self, dataset) -> int:
+        return dataset.max_new_tokens
+
+    def sequence_budget(self, dataset) -> int:
+        return dataset.prompt_budget + dataset.max_new_tokens
+
+
+@dataclass
+class MultiTurnEnv(EnvBase):
     """What every multi-turn environment takes: the chat format the episode loop writes turns and tool calls in,
     the episode's bounds, and the failure reward."""
 
     _target_: str = "forge_exp.envs.calculator.CalculatorEnv"
     name: str = "env"
     multi_turn: ClassVar[bool] = True
+    scorer: ClassVar[str] = "env"
     chat_format: ChatFormat = ChatFormat.qwen3  # tiny | qwen3 | llama3 (envs/formats.py)
     max_turns: int = 4  # assistant turns; an episode still going after them ends truncated
     max_total_tokens: int = 1024  # prompt + every turn + every insertion
@@ -39,6 +80,12 @@ class MultiTurnEnv:
         within("tool_timeout_s", self.tool_timeout_s, 0, 3600, low_open=True)
         at_least("turn_tokens", self.turn_tokens, 1)
         finite("failure_reward", self.failure_reward)
+
+    def response_budget(self, dataset) -> int:
+        return self.max_total_tokens
+
+    def sequence_budget(self, dataset) -> int:
+        return self.max_total_tokens + self.turn_tokens  # a turn may run turn_tokens past the shortest budget left
 
 
 @dataclass
@@ -65,6 +112,14 @@ class CalculatorEnvConfig(MultiTurnEnv):
         if self.demonstrations and self.chat_format != ChatFormat.tiny:
             raise FieldError("demonstrations", "must be 0 unless env.chat_format=tiny (the scripted demonstrations "
                                                "are written in the tiny model's tool format)")
+
+    @property
+    def tool_control(self) -> bool:
+        return self.tools_enabled
+
+    @property
+    def warm_start_episodes(self) -> int:
+        return self.demonstrations
 
 
 @dataclass

@@ -47,6 +47,11 @@ class ModelBase:
     gradient_checkpointing: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
 
+    @property
+    def needs_warm_start(self) -> bool:
+        """A supervised warm start runs before RL (only a randomly initialised model has one: TinyModel)."""
+        return False
+
 
 @dataclass
 class PretrainedModel(ModelBase):
@@ -91,6 +96,10 @@ class TinyModel(TinyOptions, ModelBase):
     name: str = "tiny"
     dtype: ModelDType = ModelDType.float32
     warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
+
+    @property
+    def needs_warm_start(self) -> bool:
+        return self.warmstart.steps > 0 and not self.path
 
 
 MODEL_SCHEMAS = {"pretrained": PretrainedModel, "tiny": TinyModel}

@@ -1,8 +1,8 @@
 """The root config: the groups, plus what belongs to the run itself (steps, warm start, evaluation, tracking).
 
-The groups whose options differ in shape (model, algorithm, dataset, trainer, generator, env, cluster) are typed by each
-option's own schema, named in that YAML's defaults list (`- /schema/model/tiny@_here_`); validate.py refuses a
-group node that has none.
+The groups whose options differ in shape (model, algorithm, dataset, trainer, generator, env, cluster) are typed here
+by the base their options' schemas share, and each option by its own schema, named in that YAML's defaults list
+(`- /schema/model/tiny@_here_`): OmegaConf merges a subclass into a node typed by its base.
 """
 
 from __future__ import annotations
@@ -10,10 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+from omegaconf import MISSING
+
 from forge_exp.checks import FieldError, at_least, seed, within
+from forge_exp.config.algorithm import AlgorithmBase
+from forge_exp.config.backends import TrainerBackend
+from forge_exp.config.cluster import ClusterBase
+from forge_exp.config.dataset import DatasetBase
+from forge_exp.config.env import EnvBase
 from forge_exp.config.logger import check_loggers
+from forge_exp.config.model import ModelBase
 from forge_exp.config.reward import RewardConfig
 from forge_exp.config.services import ParallelismConfig, ServicesConfig
+from forge_exp.generators.options import EngineOptions
 
 
 @dataclass
@@ -69,20 +78,21 @@ class ForgeConfig:
     output_dir: Optional[str] = None  # None: the Hydra run directory
     # (dataset before algorithm: a loss knob interpolates dataset.max_new_tokens, so a bad value is reported where
     # it was written)
-    model: Any = None  # config/model.py
-    dataset: Any = None  # config/dataset.py
+    model: ModelBase = MISSING  # config/model.py
+    dataset: DatasetBase = MISSING  # config/dataset.py
     reward: RewardConfig = field(default_factory=RewardConfig)
-    algorithm: Any = None  # config/algorithm.py
-    trainer: Any = None  # config/backends.py
-    generator: Any = None  # generators/options.py
-    env: Any = None  # config/env.py
+    algorithm: AlgorithmBase = MISSING  # config/algorithm.py
+    trainer: TrainerBackend = MISSING  # config/backends.py
+    generator: EngineOptions = MISSING  # generators/options.py
+    env: EnvBase = MISSING  # config/env.py
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     services: ServicesConfig = field(default_factory=ServicesConfig)
-    cluster: Any = None  # config/cluster.py: where the meshes' hosts come from (this host, or a SLURM allocation)
+    cluster: ClusterBase = MISSING  # config/cluster.py: where the meshes' hosts come from (this host, or SLURM)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     # config/logger.py: logger.<name> per chosen option (MLflow and any others); empty here, as the defaults list
-    # names mlflow (a default entry would join every selection)
+    # names mlflow (a default entry would join every selection). Any, not a logger base: OmegaConf refuses a typed
+    # value (`+logger.foo.x=1`) inside Hydra's merge, before validate can name the logger options
     logger: Dict[str, Any] = field(default_factory=dict)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     resume: bool = False  # continue from the newest checkpoint in checkpoint.dir, into the same MLflow run
@@ -93,17 +103,11 @@ class ForgeConfig:
         check_loggers(self.logger)
         if self.mode not in ("train", "eval"):
             raise FieldError("mode", f"must be train or eval, got {self.mode!r}")
-        buffer = getattr(self.algorithm, "overlong_buffer", None)
-        if buffer is not None and buffer > self.dataset.max_new_tokens:
-            raise FieldError("algorithm.overlong_buffer", f"must be <= dataset.max_new_tokens="
-                             f"{self.dataset.max_new_tokens} (DAPO's L_cache within L_max), got {buffer}")
+        self.algorithm.check_with(self.dataset, self.generator)
         if self.services.generator.procs > 1 and not self.generator.drives_workers:
             raise FieldError("services.generator.procs", f"must be 1 for generator={self.generator.name} (one process "
                              f"per replica; got {self.services.generator.procs}): add replicas with "
                              f"services.generator.replicas, or use generator=vllm for tensor parallelism")
-        if self.generator.name == "vllm" and getattr(self.algorithm, "top_p", 1.0) < 1:
-            raise FieldError("algorithm.top_p", f"must be 1 with generator=vllm (got {self.algorithm.top_p}): vLLM "
-                             f"returns the truncated distribution's logprobs, which the trainer does not recompute")
         procs = self.services.trainer.procs
         if not self.trainer.collective:
             if procs > 1:
@@ -113,7 +117,7 @@ class ForgeConfig:
                 raise FieldError(f"parallelism={self.parallelism.name.value} needs trainer=titan (trainer="
                                  f"{self.trainer.name} holds the whole model in one process)")
         self.parallelism.degrees(procs)
-        if not self.trainer.sft and hasattr(self.algorithm, "packing"):
+        if self.algorithm.app == "sft" and not self.trainer.sft:
             raise FieldError(f"trainer={self.trainer.name} trains the GRPO family; algorithm=sft runs on "
                              f"trainer=hf")
         rank = self.model.lora.rank

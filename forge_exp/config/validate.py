@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
+import typing
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -19,8 +21,12 @@ from omegaconf.errors import OmegaConfBaseException
 from forge_exp.config.aliases import ALIASES, short
 from forge_exp.checks import FieldError
 from forge_exp.config.run import ForgeConfig
+from forge_exp.config.store import SCHEMAS
 
 TYPED_GROUPS = ("model", "algorithm", "dataset", "trainer", "generator", "env", "cluster")
+# the root's type of each group that no option is: a node still of that type had no schema named in its YAML
+UNCHOSEN = {group: kind for group, kind in typing.get_type_hints(ForgeConfig).items()
+            if group in TYPED_GROUPS and kind not in SCHEMAS[group].values()}
 
 
 class ConfigError(ValueError):
@@ -31,9 +37,9 @@ def validate(cfg: DictConfig) -> ForgeConfig:
     """The typed config, or a ConfigError."""
     for group in TYPED_GROUPS:
         node = cfg.get(group)
-        if not isinstance(node, DictConfig) or not dataclasses.is_dataclass(OmegaConf.get_type(node)):
-            raise ConfigError(f"{group}: the chosen option has no schema; its YAML must start with "
-                              f"`defaults: [/schema/{group}/<kind>@_here_, _self_]` (see conf/{group}/)")
+        kind = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+        if not dataclasses.is_dataclass(kind) or kind is UNCHOSEN.get(group):
+            raise ConfigError(no_schema(group))
     for name in cfg.get("logger") or {}:  # logger.<name>, one node per chosen option (config/logger.py)
         if not dataclasses.is_dataclass(OmegaConf.get_type(cfg.logger._get_node(name))):
             raise ConfigError(f"logger.{name} is not a logger; choose among conf/logger/ with e.g. "
@@ -42,6 +48,19 @@ def validate(cfg: DictConfig) -> ForgeConfig:
     if unknown is not None:
         raise ConfigError(f"{unknown} is not a config key{suggest(unknown, cfg)}")
     return _typed(cfg, "")
+
+
+def no_schema(group: str) -> str:
+    return (f"{group}: the chosen option has no schema; its YAML must start with "
+            f"`defaults: [/schema/{group}/<kind>@_here_, _self_]` (see conf/{group}/)")
+
+
+def unknown_to_base(text: str) -> str | None:
+    """no_schema's line for Hydra's error about a key that a group node typed only by the root's base lacks (its
+    option's YAML names no schema), or None for any other error."""
+    m = re.search(r"not in '(\w+)'\s+full_key: (\w+)\.", text)
+    base = UNCHOSEN.get(m.group(2)) if m else None
+    return no_schema(m.group(2)) if base is not None and base.__name__ == m.group(1) else None
 
 
 def _typed(node: DictConfig, path: str):

@@ -54,11 +54,15 @@ class MeshPlan:
         return self.replicas * self.procs // max(self.nodes, 1)
 
 
-def needed_services(reference: bool, multi_turn: bool = False, lora: bool = False) -> set[str]:
+SCORERS = {"reward", "env"}  # the services that may score episodes (config/env.py: the env option's scorer)
+
+
+def needed_services(reference: bool, scorer: str = "reward", lora: bool = False) -> set[str]:
     """The services a run uses: the reference model only when the algorithm needs a reference (its
-    needs_reference), and not with LoRA (the trainer's base with its adapters off is the reference); environment
-    workers (which score their own episodes) instead of reward workers for a multi-turn environment."""
-    unused = ({"ref_model"} if not reference or lora else set()) | ({"reward"} if multi_turn else {"env"})
+    needs_reference), and not with LoRA (the trainer's base with its adapters off is the reference); of the
+    services that may score episodes, the one the env option names (reward workers, or environment workers that
+    score their own episodes)."""
+    unused = ({"ref_model"} if not reference or lora else set()) | (SCORERS - {scorer})
     return set(GPU_ORDER) - unused
 
 
@@ -128,11 +132,10 @@ def _place_on_nodes(meshes: dict[str, MeshPlan], mesh_name: str, nodes: int) -> 
 
 def plan_for(config) -> dict[str, MeshPlan]:
     """The meshes of a run: its services layout, the services it uses, and which engines drive their own workers."""
-    drives = frozenset({"generator"}) if getattr(config.generator, "drives_workers", False) else frozenset()
-    hosts = getattr(getattr(config, "cluster", None), "hosts", None)  # cluster=local has none
+    drives = frozenset({"generator"}) if config.generator.drives_workers else frozenset()
     lora = config.model.lora.rank is not None
-    needed = needed_services(config.algorithm.needs_reference, config.env.multi_turn, lora)
-    return plan_meshes(config.services, needed, drives, hosts)
+    needed = needed_services(config.algorithm.needs_reference, config.env.scorer, lora)
+    return plan_meshes(config.services, needed, drives, config.cluster.mesh_nodes)
 
 
 def gpus_needed(meshes: dict[str, MeshPlan]) -> int:

@@ -7,10 +7,9 @@ import asyncio
 
 import pytest
 
-from forge_exp.actors.env import EnvWorker
 from forge_exp.actors.generator import Generator
-from forge_exp.apps.common import generator_sizes
-from forge_exp.apps.rollout import Samplers, rollout_metrics, sample_groups
+from forge_exp.apps.common import generator_sizes, samplers, spawn_scorers
+from forge_exp.apps.rollout import MultiTurn, Samplers, sample_groups
 from forge_exp.rl.types import Problem
 from forge_exp.runtime.layout import plan_for
 from forge_exp.runtime.services import Runtime
@@ -28,7 +27,7 @@ def config(*extra: str):
 async def sample(cfg, n: int) -> tuple[list, dict, Samplers]:
     async with Runtime(plan_for(cfg)) as runtime:
         generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed, generator_sizes(cfg))
-        s = Samplers(generator, env=runtime.spawn("env", EnvWorker, cfg.env, cfg.model), in_flight=2)
+        s = samplers(cfg, generator, spawn_scorers(cfg, runtime))  # environment workers, 2 calls in flight
         groups, metrics = await sample_groups(s, PROBLEMS, n, 1.0, 1.0)
     return groups, metrics, s
 
@@ -39,21 +38,22 @@ def test_episodes_on_environment_workers_carry_every_turn_and_a_loss_mask():
     plans = plan_for(cfg)
     assert plans["env"].replicas == 2 and not any("reward" in plan.services for plan in plans.values())
     groups, metrics, s = asyncio.run(sample(cfg, 4))
+    assert isinstance(s, MultiTurn)
     assert [g.problem for g in groups] == PROBLEMS and all(len(g.completions) == 4 for g in groups)
     assert metrics["generator/calls"] == 4 == s.chunks  # 2 generator replicas x 2 calls in flight
     for c in (c for g in groups for c in g.completions):
         assert len(c.loss_mask) == len(c.token_ids) == len(c.logprobs) and c.policy_version == 0
         assert all(lp == 0.0 for lp, m in zip(c.logprobs, c.loss_mask) if not m)  # inserted: no behaviour logprob
         assert c.messages[0]["role"] == "user" and c.messages[1]["role"] == "assistant"
-    report = rollout_metrics(groups, multi_turn=True)
+    report = s.metrics(groups)
     assert report["env/episodes"] == 32 and 1 <= report["env/turns_mean"] <= cfg.env.max_turns
 
 
 @pytest.mark.slow
 def test_a_hanging_step_is_a_failed_turn_not_a_dead_run():
     cfg = config("env._target_=tests.actors.hanging_env.HangingCalculator", "env.tool_timeout_s=0.5")
-    groups, _, _ = asyncio.run(sample(cfg, 4))
-    report = rollout_metrics(groups, multi_turn=True)
+    groups, _, s = asyncio.run(sample(cfg, 4))
+    report = s.metrics(groups)
     assert len(groups) == len(PROBLEMS) and report["env/episodes"] == 32
     failed = [c for g in groups for c in g.completions if c.stop_reason == "failed"]
     # a fresh model ends about half its turns with <eos> inside 20 tokens: each of those is a step, which hangs

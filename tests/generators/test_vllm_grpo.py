@@ -30,7 +30,8 @@ async def update_then_generate(cfg) -> dict:
     out = {}
     problems = [Problem(prompt=p, target="") for p in PROMPTS]
     async with Runtime(plan_for(cfg)) as runtime:
-        trainer = runtime.spawn("trainer", GreedyTrainer, cfg.trainer, cfg.model, cfg.algorithm, None, 0).route()
+        trainer = runtime.spawn("trainer", GreedyTrainer, cfg.trainer, cfg.model, cfg.algorithm, None, 0,
+                                cfg.algorithm.loss_inputs).route()
         generators = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, 0,
                                    {"max_model_len": 64})
         generator = generators.route()

@@ -38,7 +38,8 @@ async def sync_round_trip(meshes: dict[str, MeshPlan]) -> dict:
 
     out = {}
     async with Runtime(meshes) as runtime:
-        trainer = runtime.spawn("trainer", ProbeTrainer, CFG.trainer, CFG.model, CFG.algorithm, None, 0).route()
+        trainer = runtime.spawn("trainer", ProbeTrainer, CFG.trainer, CFG.model, CFG.algorithm, None, 0,
+                                CFG.algorithm.loss_inputs).route()
         generators = runtime.spawn("generator", ProbeGenerator, CFG.generator, CFG.model, None, 0)
         generator = generators.route()
 
@@ -94,7 +95,8 @@ def test_every_generator_replica_gets_the_version():
 
     async def run():
         async with Runtime(meshes) as runtime:
-            trainer = runtime.spawn("trainer", ProbeTrainer, CFG.trainer, CFG.model, CFG.algorithm, None, 0).route()
+            trainer = runtime.spawn("trainer", ProbeTrainer, CFG.trainer, CFG.model, CFG.algorithm, None, 0,
+                                    CFG.algorithm.loss_inputs).route()
             generators = runtime.spawn("generator", ProbeGenerator, CFG.generator, CFG.model, None, 0)
             await trainer.perturb.call_one(0.05)
             await trainer.push_weights.call_one(generators.fanout())

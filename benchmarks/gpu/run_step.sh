@@ -8,28 +8,31 @@
 #   bash benchmarks/gpu/run_step.sh ga1 ga1_seq      # some of them
 #   BASE_SITE=/tmp/site_base bash benchmarks/gpu/run_step.sh base_ga4   # a variant on another install of forge_exp
 #
-# Variants (tag: overrides after trainer=titan trainer.compile=true):
+# Variants (tag: overrides after trainer=titan, whose per-block compile is on for CUDA unless set):
 #   ga4          algorithm.grad_accum=4 (run_layouts.sh's batch split; the step as measured before)
 #   ga1          algorithm.grad_accum=1 (the batch in one forward, as the trainer alone ran at 63% MFU)
+#   ga1_eager    + trainer.compile=false (does compile pay inside the step?)
 #   ga1_seq      + algorithm.max_policy_age=0: rollouts and training take turns (on-policy), no overlap
 #   ga1_lowprio  + generator.high_priority=false: the generator's decode on a normal-priority stream
 #   hf_ga4       trainer=hf (transformers), grad_accum 4
-#   base_ga4     ga4 run by the forge_exp installed at $BASE_SITE (an earlier commit: A/B in one call)
+#   base_ga4     ga4 with trainer.compile=true, run by the forge_exp installed at $BASE_SITE (an earlier commit,
+#                A/B in one call; before this change compile was off unless set)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 export BENCH=${BENCH:-/tmp/gpubench}
 export OUT=${OUT:-$BENCH/out}
 export STEPS=${STEPS:-8}
-TITAN=(trainer=titan trainer.compile=true)
+TITAN=(trainer=titan)
 declare -A VARIANTS=(
   [ga4]="${TITAN[*]} algorithm.grad_accum=4"
   [ga1]="${TITAN[*]} algorithm.grad_accum=1"
+  [ga1_eager]="${TITAN[*]} algorithm.grad_accum=1 trainer.compile=false"
   [ga1_seq]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=0"
   [ga1_lowprio]="${TITAN[*]} algorithm.grad_accum=1 generator.high_priority=false"
   [hf_ga4]="trainer=hf algorithm.grad_accum=4"
-  [base_ga4]="${TITAN[*]} algorithm.grad_accum=4"
+  [base_ga4]="${TITAN[*]} trainer.compile=true algorithm.grad_accum=4"
 )
-ORDER=(ga4 ga1 ga1_seq ga1_lowprio hf_ga4 base_ga4)
+ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio hf_ga4 base_ga4)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
 for tag in "${TAGS[@]}"; do

@@ -34,7 +34,7 @@ class TitanTrainerConfig(TrainerBackend):
     sft: ClassVar[bool] = False
     lora: ClassVar[bool] = False
     activation_checkpointing: Checkpointing = Checkpointing.none  # none | full | selective
-    compile: bool = False  # TorchTitan's per-block torch.compile (GPU)
+    compile: Optional[bool] = None  # per-block torch.compile; null: on for CUDA (benchmarks/gpu.md), off on CPU
     attention: AttentionBackend = AttentionBackend.sdpa  # sdpa | flex (flex has no backward on CPU)
     chunk_rows: int = 4096  # rows of logits alive at once in the chunked logprobs (memory vs speed)
     param_dtype: Optional[DType] = None  # compute dtype; null: bfloat16 on GPU, float32 on CPU (weights stay float32)

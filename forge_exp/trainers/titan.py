@@ -66,14 +66,15 @@ class TitanTrainer:
         device: torch.device | str | None = None,
         param_dtype: torch.dtype | None = None,
         activation_checkpointing: str = "none",
-        compile: bool = False,
+        compile: bool | None = None,
         attention: str = "sdpa",
         chunk_rows: int = CHUNK_ROWS,
         seed: int = 0,
     ):
         """A randomly initialised model of `hf_config` (a config.json dict or its path); `load_hf` loads weights.
         `param_dtype`: compute dtype of the forward/backward (FSDP2 mixed precision; default bf16 on GPU, float32 on
-        CPU); weights, gradients' reduction and AdamW state stay float32."""
+        CPU); weights, gradients' reduction and AdamW state stay float32. `compile`: TorchTitan's per-block
+        torch.compile; None: on CUDA, off on CPU (Inductor's C++ build costs more there than it saves)."""
         if activation_checkpointing not in AC_MODES:
             raise ValueError(f"activation_checkpointing must be one of {AC_MODES}, got {activation_checkpointing!r}")
         titan()
@@ -108,7 +109,8 @@ class TitanTrainer:
                 mixed_precision_reduce="float32",
             ),
             parallelism=parallelism,
-            compile_config=CompileConfig(enable=compile, components=["model"]),
+            compile_config=CompileConfig(enable=self.device.type == "cuda" if compile is None else compile,
+                                         components=["model"]),
             ac_config=_ac_config(activation_checkpointing),
             dump_folder=tempfile.gettempdir(),
         )

@@ -45,7 +45,7 @@ class TitanBackend:
         init_path: str | None = None,
         resume_step: int = 0,
         activation_checkpointing: str = "none",
-        compile: bool = False,
+        compile: bool | None = None,
         attention: str = "sdpa",
         chunk_rows: int = 4096,
         param_dtype: str | None = None,

@@ -98,3 +98,13 @@ def test_the_trainer_is_told_what_the_loss_takes_and_the_lr_schedule():
         assert name == "trainer" and args[5] == config.algorithm.loss_inputs and kwargs["lr_schedule"] == schedule
     assert "ref_logprobs" in typed("algorithm.beta=0.04").algorithm.loss_inputs
     assert typed("algorithm=sft").algorithm.loss_inputs == {"logprobs", "padding_mask"}
+
+
+def test_the_grpo_loop_reads_its_view_of_the_config():
+    from forge_exp.apps.common import EvalPlan
+    from forge_exp.apps.grpo import GRPORun
+
+    config = typed("reward.max_failure_rate=0.5")
+    run = GRPORun.of(config)
+    assert run.algorithm is config.algorithm and run.eval == EvalPlan.of(config) and run.steps == config.steps
+    assert run.reward_failures == (0.5, config.reward.failure_steps)

@@ -155,7 +155,8 @@ def _track(cfg, config, uri, resume, resolved, changes) -> tuple[dict[str, float
                       f"{resume.step})", file=sys.stderr)
             tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")
             meshes = plan_for(config)
-            runtime = Runtime(meshes, hosts=hosts_for(config, meshes))  # hosts: None unless cluster=slurm
+            hosts = hosts_for(config.cluster, meshes, config.name, config.output_dir)  # None unless cluster=slurm
+            runtime = Runtime(meshes, hosts=hosts)
             summary = asyncio.run(_run(run_app, config, runtime, tracker, resume))
             tracker.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=config.steps)
     except Stopped as e:

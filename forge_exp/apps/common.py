@@ -1,4 +1,7 @@
-"""Pieces every app shares: held-out evaluation, the samplers, the trainer, the cached supervised warm start."""
+"""Pieces every app shares: held-out evaluation, the samplers, the trainer, the cached supervised warm start.
+
+What each of them reads of the config is read once, when the app builds its run, into a typed view (`EvalPlan`,
+`RolloutPlan`, `TrainerPlan`, `WarmStart`: each one's `of(cfg)`); the helpers take those views or plain values."""
 
 from __future__ import annotations
 
@@ -8,11 +11,21 @@ import os
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from forge_exp.apps.rollout import Samplers, rollout_kind, sample_groups, task_accuracy
 from forge_exp.config.enums import plain
 from forge_exp.rl.types import Problem
 from forge_exp.runtime.services import Service
+
+if TYPE_CHECKING:
+    from forge_exp.config.algorithm import AlgorithmBase
+    from forge_exp.config.backends import TrainerBackend
+    from forge_exp.config.dataset import DatasetBase
+    from forge_exp.config.env import EnvBase
+    from forge_exp.config.model import ModelBase, WarmstartConfig
+    from forge_exp.config.reward import RewardConfig
+    from forge_exp.generators.options import EngineOptions
 
 
 @dataclass(frozen=True)
@@ -54,90 +67,136 @@ async def evaluate(s: Samplers, problems: list[Problem], step: int, plan: EvalPl
     return out
 
 
-def samplers(cfg, generator: Service, scorers: dict[str, Service]) -> Samplers:
-    """The run's samplers, of the env option's kind (scorers: spawn_scorers'), with what they read of the config."""
-    return rollout_kind(cfg.env)(generator, scorers[cfg.env.scorer], response_budget(cfg),
-                                 cfg.services.generator.in_flight, tuple(cfg.reward.functions))
+@dataclass(frozen=True)
+class RolloutPlan:
+    """How a run samples and scores episodes, decided once from the config: the protocol of the env option's kind
+    (rollout_kind: single- or multi-turn), the generator it samples from, and what both read of the config."""
+
+    kind: type[Samplers]
+    env: EnvBase
+    reward: RewardConfig
+    model: ModelBase
+    generator: EngineOptions
+    seed: int
+    response_budget: int  # the most tokens after a prompt: one completion's, or a whole episode's
+    sizes: dict[str, int]  # generator_sizes'
+    in_flight: int  # services.generator.in_flight
+
+    @classmethod
+    def of(cls, cfg) -> RolloutPlan:
+        return cls(rollout_kind(cfg.env), cfg.env, cfg.reward, cfg.model, cfg.generator, cfg.seed,
+                   cfg.env.response_budget(cfg.dataset), generator_sizes(cfg.algorithm, cfg.env, cfg.dataset),
+                   cfg.services.generator.in_flight)
+
+    def spawn_generator(self, runtime, init_path: str | None = None) -> Service:
+        """The generator service, its weights from `init_path` (None: the model's own)."""
+        from forge_exp.actors.generator import Generator
+
+        return runtime.spawn("generator", Generator, self.generator, self.model, init_path, self.seed, self.sizes)
+
+    def spawn_scorer(self, runtime) -> Service:
+        """The service that scores the episodes, named as the env option says (env.scorer) and spawned where
+        `services` says: reward workers for a single-turn run, environment workers (which score their own episodes)
+        for a multi-turn one."""
+        return self.kind.spawn_scorer(runtime, self.env, self.reward, self.model)
+
+    def samplers(self, generator: Service, scorer: Service) -> Samplers:
+        return self.kind(generator, scorer, self.response_budget, self.in_flight, tuple(self.reward.functions))
 
 
-def spawn_scorers(cfg, runtime) -> dict[str, Service]:
-    """The service that scores the env option's episodes, by its name (env.scorer), spawned where `services` says:
-    reward workers for a single-turn run, environment workers (which score their own episodes) for a multi-turn
-    one."""
-    return {cfg.env.scorer: rollout_kind(cfg.env).spawn_scorer(runtime, cfg.env, cfg.reward, cfg.model)}
-
-
-def response_budget(cfg) -> int:
-    """The most tokens a sample may hold after its prompt: one completion's, or a whole episode's."""
-    return cfg.env.response_budget(cfg.dataset)
-
-
-async def spawn_trainer(cfg, runtime, init_path: str | None, resume_step: int = 0,
-                        lr_schedule: tuple[int, int] | None = None) -> Service:
-    """The trainer service, told the inputs the algorithm's loss takes and the lr schedule ((warm-up steps, total
-    steps); None: a constant lr): one process (trainer=hf), or a sharded engine on every process of the trainer
-    mesh, one torch.distributed world (trainer=titan: nccl on GPUs, gloo on CPU)."""
-    from forge_exp.actors.trainer import Trainer
-
-    args = (cfg.trainer, cfg.model, cfg.algorithm, init_path, cfg.seed, cfg.algorithm.loss_inputs)
-    kwargs = {"resume_step": resume_step, "lr_schedule": lr_schedule}
-    if not cfg.trainer.collective:
-        return runtime.spawn("trainer", Trainer, *args, **kwargs)
-    degrees = cfg.parallelism.degrees(cfg.services.trainer.procs)
-    backend = "nccl" if cfg.services.trainer.gpus else "gloo"
-    return await runtime.spawn_collective("trainer", Trainer, *args, **kwargs, degrees=degrees, backend=backend)
-
-
-def generator_sizes(cfg) -> dict[str, int]:
+def generator_sizes(algorithm: AlgorithmBase, env: EnvBase, dataset: DatasetBase) -> dict[str, int]:
     """The generator knobs a config may leave null, from the run's shape: KV-cache rows for every batch that may be
     in flight at once, and room for the longest prompt plus the response budget."""
-    longest = cfg.env.sequence_budget(cfg.dataset)
-    return {"slots": cfg.algorithm.rows_in_flight, "max_len": longest, "max_model_len": longest}
+    longest = env.sequence_budget(dataset)
+    return {"slots": algorithm.rows_in_flight, "max_len": longest, "max_model_len": longest}
 
 
-def warm_start_dir(cfg) -> Path:
+@dataclass(frozen=True)
+class TrainerPlan:
+    """The trainer service's arguments, read once from the config: one process (trainer=hf), or a sharded engine
+    on every process of the trainer mesh (trainer=titan), with its parallel degrees and torch.distributed backend."""
+
+    trainer: TrainerBackend
+    model: ModelBase
+    algorithm: AlgorithmBase
+    seed: int
+    degrees: Any = None  # parallelism.degrees on the trainer's procs, for a collective engine; None: one process
+    backend: str = "gloo"  # the collective engine's: nccl on GPUs, gloo on CPU
+
+    @classmethod
+    def of(cls, cfg) -> TrainerPlan:
+        spec = cfg.services.trainer
+        degrees = cfg.parallelism.degrees(spec.procs) if cfg.trainer.collective else None
+        return cls(cfg.trainer, cfg.model, cfg.algorithm, cfg.seed, degrees, "nccl" if spec.gpus else "gloo")
+
+
+async def spawn_trainer(runtime, plan: TrainerPlan, init_path: str | None, resume_step: int = 0,
+                        lr_schedule: tuple[int, int] | None = None) -> Service:
+    """The trainer service, told the inputs the algorithm's loss takes and the lr schedule ((warm-up steps, total
+    steps); None: a constant lr)."""
+    from forge_exp.actors.trainer import Trainer
+
+    args = (plan.trainer, plan.model, plan.algorithm, init_path, plan.seed, plan.algorithm.loss_inputs)
+    kwargs = {"resume_step": resume_step, "lr_schedule": lr_schedule}
+    if plan.degrees is None:
+        return runtime.spawn("trainer", Trainer, *args, **kwargs)
+    return await runtime.spawn_collective("trainer", Trainer, *args, **kwargs, degrees=plan.degrees,
+                                          backend=plan.backend)
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The supervised warm start of a randomly initialised model on the training task, cached (the first run trains
+    and saves it, later runs load it): read once from the config. Only such a model has the settings
+    (config.model.WarmstartConfig)."""
+
+    settings: WarmstartConfig  # model.warmstart
+    dir: Path  # the cache: warm_start_dir
+    draws: int  # problems it takes from the prompt stream
+    episodes: bool  # on scripted episodes the environment workers play (env.demonstrations), not bare answers
+    seed: int
+
+    @classmethod
+    def of(cls, cfg) -> WarmStart | None:
+        """The run's warm start, or None for a model that needs none."""
+        if not cfg.model.needs_warm_start:
+            return None
+        ws, episodes = cfg.model.warmstart, cfg.env.warm_start_episodes
+        draws = episodes or ws.steps * ws.batch_size
+        return cls(ws, warm_start_dir(cfg.model, cfg.dataset, cfg.env, cfg.seed), draws, bool(episodes), cfg.seed)
+
+    @property
+    def cached(self) -> bool:
+        return (self.dir / "config.json").exists()
+
+    async def train(self, trainer: Service, dataset: Service, env: Service | None = None) -> dict[str, float]:
+        """Train the trainer's weights and save them to the cache: on problems and their answers, or on the
+        scripted episodes that `env` (the environment workers) plays."""
+        problems = await dataset.route().sample.call_one(self.draws)
+        items = await env.route().demonstrations.call_one(problems, self.seed) if self.episodes else problems
+        return await trainer.route().warm_start.call_one(items, self.settings, str(self.dir), self.seed)
+
+    async def skip(self, dataset: Service) -> None:
+        """Draw the problems a warm start takes, and drop them (its weights came from the cache): RL then reads the
+        prompts after the warm start's, as it does after a fresh one, so a cache hit changes nothing downstream."""
+        await dataset.route().skip.call_one(self.draws)
+
+
+def warm_start_dir(model: ModelBase, dataset: DatasetBase, env: EnvBase, seed: int) -> Path:
     """Cache key: what changes the warm-started weights (the model and its warm-start settings, the training task,
     the seed). Not where the cache is, nor the held-out split (the warm start trains on the train stream alone), nor
     model.lora (the warm start trains the whole base, and a LoRA run starts its adapters on the same one): changing
     those reuses the cached weights."""
-    model, dataset = asdict(cfg.model), asdict(cfg.dataset)
-    model.pop("lora", None)
-    (model.get("warmstart") or {}).pop("cache_dir", None)
+    model_key, dataset_key = asdict(model), asdict(dataset)
+    model_key.pop("lora", None)
+    (model_key.get("warmstart") or {}).pop("cache_dir", None)
     for key in ("eval_size", "eval_path", "eval_split"):
-        dataset.pop(key, None)
-    parts = {"model": model, "dataset": dataset, "seed": cfg.seed}
-    if cfg.env.warm_start_episodes:  # trained on scripted episodes of the environment instead
-        parts["env"] = {k: getattr(cfg.env, k) for k in ("name", "chat_format", "demonstrations", "direct_fraction")}
+        dataset_key.pop(key, None)
+    parts = {"model": model_key, "dataset": dataset_key, "seed": seed}
+    if env.warm_start_episodes:  # trained on scripted episodes of the environment instead
+        parts["env"] = {"name": env.name, "chat_format": env.chat_format, "demonstrations": env.demonstrations,
+                        "direct_fraction": env.direct_fraction}
     key = json.dumps(parts, sort_keys=True, default=plain)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    root = Path(cfg.model.warmstart.cache_dir or os.path.join(Path.home(), ".cache", "forge-exp", "warmstart"))
-    return root / f"{cfg.model.name}-{digest}"
-
-
-def wants_warm_start(cfg) -> bool:
-    """Only a randomly initialised model needs one, and only it has the settings (config.model.WarmstartConfig)."""
-    return cfg.model.needs_warm_start
-
-
-async def warm_start(cfg, trainer: Service, dataset: Service, env: Service | None = None) -> dict[str, float]:
-    """Supervised warm start of the trainer's weights on the training task, saved to warm_start_dir(cfg): on
-    problems and their answers, or on scripted episodes the environment workers play (env.demonstrations)."""
-    ws = cfg.model.warmstart
-    problems = await dataset.route().sample.call_one(warm_start_draws(cfg))
-    if cfg.env.warm_start_episodes:
-        items = await env.route().demonstrations.call_one(problems, cfg.seed)
-    else:
-        items = problems
-    return await trainer.route().warm_start.call_one(items, ws, str(warm_start_dir(cfg)), cfg.seed)
-
-
-def warm_start_draws(cfg) -> int:
-    """How many problems a warm start takes from the prompt stream."""
-    ws = cfg.model.warmstart
-    return cfg.env.warm_start_episodes or ws.steps * ws.batch_size
-
-
-async def skip_warm_start(cfg, dataset: Service) -> None:
-    """Draw the problems a warm start takes, and drop them (its weights came from the cache): RL then reads the
-    prompts after the warm start's, as it does after a fresh one, so a cache hit changes nothing downstream."""
-    await dataset.route().skip.call_one(warm_start_draws(cfg))
+    root = Path(model.warmstart.cache_dir or os.path.join(Path.home(), ".cache", "forge-exp", "warmstart"))
+    return root / f"{model.name}-{digest}"

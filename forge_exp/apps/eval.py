@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import time
 
-from forge_exp.actors.generator import Generator
-from forge_exp.apps.common import EvalPlan, evaluate, generator_sizes, samplers, spawn_scorers
+from forge_exp.apps.common import EvalPlan, RolloutPlan, evaluate
 from forge_exp.runtime.build import build
 from forge_exp.runtime.services import Runtime
 from forge_exp.tracking.mlflow import Tracker
@@ -27,8 +26,8 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume=None) -> dict[str,
     if not problems:
         raise ValueError(f"dataset {cfg.dataset.name} has no held-out problems to evaluate: set its eval split "
                          f"and a dataset.eval_size > 0 (null = the whole split)")
-    generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed, generator_sizes(cfg))
-    s = samplers(cfg, generator, spawn_scorers(cfg, runtime))
+    plan = RolloutPlan.of(cfg)  # single- or multi-turn episodes, decided once
+    s = plan.samplers(plan.spawn_generator(runtime), plan.spawn_scorer(runtime))
     tracker.begin()  # the MLflow run is created while the generator starts and evaluates (tracking/mlflow.py)
     t0 = time.perf_counter()
     metrics = await evaluate(s, problems, step=0, plan=EvalPlan.of(cfg))

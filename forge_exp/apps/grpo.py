@@ -18,13 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge_exp.actors.dataset import DatasetService
-from forge_exp.actors.generator import Generator
 from forge_exp.actors.reference import ReferenceModel
 from forge_exp.actors.replay_buffer import ReplayBufferService
-from forge_exp.apps.common import (
-    EvalPlan, evaluate, generator_sizes, response_budget, samplers, skip_warm_start, spawn_scorers, spawn_trainer,
-    wants_warm_start, warm_start, warm_start_dir,
-)
+from forge_exp.apps.common import EvalPlan, RolloutPlan, TrainerPlan, WarmStart, evaluate, spawn_trainer
 from forge_exp.apps.rollout import Samplers, sample_groups
 from forge_exp.config.algorithm import RLAlgorithm
 from forge_exp.data.collate import collate_episodes
@@ -47,7 +43,6 @@ class GRPORun:
     algorithm: RLAlgorithm  # batch, sampling, filters, advantages; needs_reference: the KL term's reference
     steps: int
     seed: int
-    response_budget: int  # the most tokens after a prompt: one completion's, or a whole episode's (multi-turn)
     eval: EvalPlan
     eval_every: int
     checkpoint: Any  # the checkpoint node: dir, every, keep
@@ -56,8 +51,8 @@ class GRPORun:
 
     @classmethod
     def of(cls, cfg) -> GRPORun:
-        return cls(cfg.algorithm, cfg.steps, cfg.seed, response_budget(cfg), EvalPlan.of(cfg), cfg.eval.every,
-                   cfg.checkpoint, cfg.progress, (cfg.reward.max_failure_rate, cfg.reward.failure_steps))
+        return cls(cfg.algorithm, cfg.steps, cfg.seed, EvalPlan.of(cfg), cfg.eval.every, cfg.checkpoint, cfg.progress,
+                   (cfg.reward.max_failure_rate, cfg.reward.failure_steps))
 
 
 @dataclass
@@ -75,28 +70,26 @@ class Handles:
 
 
 async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Handles:
+    """The run's services, from the config read once here: the loop's view (GRPORun), how episodes are sampled
+    and scored (RolloutPlan: single- or multi-turn), the trainer's arguments, the warm start."""
+    run, plan, warm_start = GRPORun.of(cfg), RolloutPlan.of(cfg), WarmStart.of(cfg)
     dataset = runtime.spawn("dataset", DatasetService, cfg.dataset, cfg.model)
     init_path, cached, warm = None, False, {}
     if resume:  # weights, optimizer and version from the checkpoint
         init_path, cached = str(resume.path), True
-    elif wants_warm_start(cfg):  # cached: the first run trains and saves it, later runs load it
-        init_path = str(warm_start_dir(cfg))
-        cached = (warm_start_dir(cfg) / "config.json").exists()
-    trainer = await spawn_trainer(cfg, runtime, init_path if cached else None, resume.step if resume else 0)
-
-    def spawn_generator() -> Service:
-        return runtime.spawn("generator", Generator, cfg.generator, cfg.model, init_path, cfg.seed,
-                             generator_sizes(cfg))
-
+    elif warm_start:  # cached: the first run trains and saves it, later runs load it
+        init_path, cached = str(warm_start.dir), warm_start.cached
+    trainer = await spawn_trainer(runtime, TrainerPlan.of(cfg), init_path if cached else None,
+                                  resume.step if resume else 0)
     # The generator starts with the trainer when its weights exist already, so the two processes build at once;
     # a warm start still to be trained gives it its weights first.
-    generator = spawn_generator() if cached or not init_path else None
-    scorers = spawn_scorers(cfg, runtime)  # reward workers, or environment workers for a multi-turn env
-    if init_path and not cached:
-        warm = await warm_start(cfg, trainer, dataset, scorers.get("env"))
-    elif cached and not resume and wants_warm_start(cfg):  # RL then reads the prompts after the warm start's,
-        await skip_warm_start(cfg, dataset)  # as it does after a fresh one: a cache hit changes nothing downstream
-    generator = generator or spawn_generator()
+    generator = plan.spawn_generator(runtime, init_path) if cached or not init_path else None
+    scorer = plan.spawn_scorer(runtime)  # reward workers, or environment workers for a multi-turn env
+    if warm_start and not cached:
+        warm = await warm_start.train(trainer, dataset, scorer)
+    elif warm_start and not resume:  # cached: RL then reads the prompts after the warm start's, as it does after a
+        await warm_start.skip(dataset)  # fresh one: a cache hit changes nothing downstream
+    generator = generator or plan.spawn_generator(runtime, init_path)
     buffer = runtime.spawn("replay_buffer", ReplayBufferService, cfg.algorithm.max_policy_age, cfg.seed)
     ref_model = None
     if cfg.algorithm.needs_reference:  # with LoRA, the trainer's base with its adapters off (its `logprobs`)
@@ -104,8 +97,8 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
             "ref_model", ReferenceModel, cfg.model, init_path, cfg.algorithm.temperature)
     await trainer.route().push_weights.call_one(generator.fanout())  # generators start at the trainer's version
     pad_id = await generator.route().pad_id.call_one()
-    h = Handles(GRPORun.of(cfg), dataset, generator, samplers(cfg, generator, scorers), trainer, buffer, ref_model,
-                pad_id, warm, runtime.timeline)
+    h = Handles(run, dataset, generator, plan.samplers(generator, scorer), trainer, buffer, ref_model, pad_id, warm,
+                runtime.timeline)
     if resume and resume.loop:  # the prompt stream and the replay buffer as the interrupted run left them
         await restore(dataset, buffer, resume.loop)
     return h
@@ -113,7 +106,7 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
 
 async def rollouts(h: Handles, overlap: Overlap) -> None:
     """Fill the replay buffer, a batch at a time; batch b's draws are seeded by (run seed, b, attempt)."""
-    a, max_len = h.run.algorithm, h.run.response_budget
+    a, max_len = h.run.algorithm, h.samplers.response_budget
     async for b in overlap.rollout_batches():  # each within max_policy_age of the generators' weights
         # Dynamic sampling (DAPO): drop groups whose rewards are all equal, refill up to max_sampling_attempts.
         sampler = DynamicSampling(a.prompts_per_step, a.max_sampling_attempts, enabled=a.dynamic_sampling)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forge_exp.config.dataset import DatasetBase, PromptedDataset
 from forge_exp.config.logger import extra_loggers
 from forge_exp.config.run import ForgeConfig
+from forge_exp.generators.options import VllmOptions
 from forge_exp.runtime.build import build, build_reward, locate
 
 PREVIEW_ROWS = 5  # rows of a local file read to check the field mapping and the prompt
@@ -28,11 +30,13 @@ def resolve_model(config: ForgeConfig) -> list[str]:
         notes.append(f"model.path={config.model.path}: loaded from its HF checkpoint {folder}")
         config.model.path = folder
     if plain(config.model.dtype) == "auto":
-        on_gpu = any(getattr(config.services, name).gpus for name in ("trainer", "generator", "ref_model"))
+        services = config.services
+        on_gpu = any(spec.gpus for spec in (services.trainer, services.generator, services.ref_model))
         dtype, why = auto_dtype(on_gpu)
         config.model.dtype = type(config.model.dtype)[dtype]
         notes.append(f"model.dtype=auto: {dtype} ({why})")
-    if getattr(config.generator, "enable_sleep_mode", False) and config.algorithm.app == "grpo":
+    sleeps = isinstance(config.generator, VllmOptions) and config.generator.enable_sleep_mode
+    if sleeps and config.algorithm.app == "grpo":
         # docs/generators.md: Sleep mode
         notes.append("generator.enable_sleep_mode=true: the GRPO loop does not put the engine to sleep while the "
                      "trainer steps, as it samples the next batch meanwhile (rollouts overlap training); its memory is "
@@ -73,8 +77,8 @@ def check(config: ForgeConfig) -> None:
     model = build(config.model, "model")
     model.check_available()
     check_lora(model)
-    check_context(config, model, sft=sft)
-    check_dataset(config, model, sft=sft)
+    check_context(config.dataset, model, config.algorithm.max_seq_len if sft else None)
+    check_dataset(config.dataset, model, sft=sft)
     rollout_kind(config.env).check(config.env, model)
     meshes = plan_for(config)
     check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
@@ -125,8 +129,9 @@ def probe_loss(loss, available: set[str]) -> None:
                          f"move the policy")
 
 
-def check_context(config: ForgeConfig, model, sft: bool = False) -> None:
-    """The longest prompt plus the response budget (SFT: the longest sequence) fits in the model's positions."""
+def check_context(dataset: DatasetBase, model, max_seq_len: int | None = None) -> None:
+    """The longest prompt plus the response budget (SFT, with its max_seq_len: the longest sequence) fits in the
+    model's positions."""
     positions = getattr(model, "max_position_embeddings", None)
     if positions is None:
         try:
@@ -136,19 +141,22 @@ def check_context(config: ForgeConfig, model, sft: bool = False) -> None:
                                 "max_position_embeddings", None)
         except (OSError, ValueError):  # unreadable here: the model's own loading says why, later
             return
-    if positions is not None and sft and config.algorithm.max_seq_len > positions:
-        raise ValueError(f"algorithm.max_seq_len={config.algorithm.max_seq_len} is longer than the model's "
-                         f"max_position_embeddings={positions}: lower it or use a model with a longer context")
-    prompt, response = config.dataset.prompt_budget, config.dataset.max_new_tokens
-    if positions is not None and not sft and prompt + response > positions:
-        what = ("dataset.max_prompt_tokens" if hasattr(config.dataset, "max_prompt_tokens")
-                else "the task's longest prompt")
+    if positions is None:
+        return
+    if max_seq_len is not None:
+        if max_seq_len > positions:
+            raise ValueError(f"algorithm.max_seq_len={max_seq_len} is longer than the model's "
+                             f"max_position_embeddings={positions}: lower it or use a model with a longer context")
+        return
+    prompt, response = dataset.prompt_budget, dataset.max_new_tokens
+    if prompt + response > positions:
+        what = "dataset.max_prompt_tokens" if isinstance(dataset, PromptedDataset) else "the task's longest prompt"
         raise ValueError(f"model.max_position_embeddings={positions} is shorter than a prompt ({what}: {prompt} "
                          f"tokens) plus dataset.max_new_tokens={response}: lower them or use a model with a longer "
                          f"context")
 
 
-def check_dataset(config: ForgeConfig, model, sft: bool = False) -> None:
+def check_dataset(dataset: DatasetBase, model, sft: bool = False) -> None:
     """The problem source builds; for local files, each is a readable file and its first rows have the configured
     fields and prompts the model's tokenizer can read (chat template present if asked for, characters it knows).
     SFT rows may be conversations instead (data/sft.py). With dataset.bad_rows=skip a bad row among them is left to
@@ -156,12 +164,12 @@ def check_dataset(config: ForgeConfig, model, sft: bool = False) -> None:
     from forge_exp.data.files import data_files, first_rows
     from forge_exp.data.hf import FileProblems
 
-    source = build(config.dataset, "dataset")
+    source = build(dataset, "dataset")
     if hasattr(source, "check"):  # a task generator that checks its own settings (reasoning-gym)
         source.check()
         tokenizer = model.tokenizer()
         train, _ = source.problems(tokenizer)  # formats a prompt: a chat template asked for must be there
-        _check_known_characters(next(iter(train())).prompt, tokenizer, f"dataset={config.dataset.name}")
+        _check_known_characters(next(iter(train())).prompt, tokenizer, f"dataset={dataset.name}")
         return
     if not isinstance(source, FileProblems):
         return  # the synthetic task is always there; a Hub dataset is opened by the dataset service

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from forge_exp.apps.common import spawn_trainer
+from forge_exp.apps.common import TrainerPlan, spawn_trainer
 from forge_exp.data.sft import SFTData, describe
 from forge_exp.driver.checkpoint import ResumeState
 from forge_exp.driver.steps import Steps
@@ -36,7 +36,7 @@ async def run(cfg, runtime: Runtime, tracker: Tracker, resume: ResumeState | Non
                    a.batch_size, a.packing)
     heldout = data.eval_batches()
     batches = data.train_batches(skip=resume.step if resume else 0)  # seeded: a resumed run sees the same ones
-    trainer = await spawn_trainer(cfg, runtime, str(resume.path) if resume else None,
+    trainer = await spawn_trainer(runtime, TrainerPlan.of(cfg), str(resume.path) if resume else None,
                                   resume.step if resume else 0, lr_schedule=(a.warmup_steps, cfg.steps))
     tracker.begin()  # the trainer is up: the MLflow run is created while it works (tracking/mlflow.py)
     steps = Steps("sft", cfg.steps, tracker, trainer, cfg.checkpoint, cfg.eval.every, cfg.progress, resume)

@@ -75,7 +75,7 @@ class AlgorithmBase:
         samples no rollouts (SFT) sizes the generator of an evaluation (mode=eval) for this many."""
         return 64
 
-    def check_with(self, dataset, generator) -> None:
+    def check_with(self, dataset, env, generator) -> None:
         """What the algorithm asks of the other groups' choices (ForgeConfig calls it; raises FieldError)."""
 
 
@@ -96,9 +96,10 @@ class RLAlgorithm(AlgorithmBase):
     dynamic_sampling: bool = False  # drop groups whose rewards are all equal, refill
     max_sampling_attempts: int = 3  # generation rounds per batch before training on what is there
     overlong_filter: bool = False  # truncated completions get no loss
-    overlong_penalty: bool = False  # soft overlong punishment added to the reward (L_max = dataset.max_new_tokens)
-    overlong_buffer: Optional[int] = None  # L_cache in tokens; null = dataset.max_new_tokens // 5 (the paper's
-    # 4096 of 20480)
+    # soft overlong punishment added to the reward; L_max is the response budget: dataset.max_new_tokens, or a
+    # multi-turn env's whole episode (env.max_total_tokens)
+    overlong_penalty: bool = False
+    overlong_buffer: Optional[int] = None  # L_cache in tokens; null = L_max // 5 (the paper's 4096 of 20480)
     # --- sampling of training rollouts
     temperature: float = 1.0
     top_p: float = 1.0
@@ -131,10 +132,11 @@ class RLAlgorithm(AlgorithmBase):
     def rows_in_flight(self) -> int:
         return self.prompts_per_step * self.group_size * (self.max_policy_age + 1)
 
-    def check_with(self, dataset, generator) -> None:
-        if self.overlong_buffer is not None and self.overlong_buffer > dataset.max_new_tokens:
-            raise FieldError("algorithm.overlong_buffer", f"must be <= dataset.max_new_tokens="
-                             f"{dataset.max_new_tokens} (DAPO's L_cache within L_max), got {self.overlong_buffer}")
+    def check_with(self, dataset, env, generator) -> None:
+        budget = env.response_budget(dataset)  # L_max: what the loop penalizes against (apps/grpo.py)
+        if self.overlong_buffer is not None and self.overlong_buffer > budget:
+            raise FieldError("algorithm.overlong_buffer", f"must be <= {env.response_budget_key}={budget} (DAPO's "
+                             f"L_cache within L_max), got {self.overlong_buffer}")
         if generator.name == "vllm" and self.top_p < 1:
             raise FieldError("algorithm.top_p", f"must be 1 with generator=vllm (got {self.top_p}): vLLM returns the "
                              f"truncated distribution's logprobs, which the trainer does not recompute")

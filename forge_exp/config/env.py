@@ -22,6 +22,7 @@ class EnvBase:
 
     multi_turn: ClassVar[bool]
     scorer: ClassVar[str]  # the service that scores episodes: reward workers, or the environment workers themselves
+    response_budget_key: ClassVar[str]  # the config key that sets response_budget, for the errors that name it
 
     def response_budget(self, dataset) -> int:
         """The most tokens a sample may hold after its prompt: one completion's, or a whole episode's."""
@@ -50,6 +51,7 @@ class SingleTurnEnv(EnvBase):
     name: str = "single_turn"
     multi_turn: ClassVar[bool] = False
     scorer: ClassVar[str] = "reward"
+    response_budget_key: ClassVar[str] = "dataset.max_new_tokens"
 
     def response_budget(self, dataset) -> int:
         return dataset.max_new_tokens
@@ -67,6 +69,7 @@ class MultiTurnEnv(EnvBase):
     name: str = "env"
     multi_turn: ClassVar[bool] = True
     scorer: ClassVar[str] = "env"
+    response_budget_key: ClassVar[str] = "env.max_total_tokens"
     chat_format: ChatFormat = ChatFormat.qwen3  # tiny | qwen3 | llama3 (envs/formats.py)
     max_turns: int = 4  # assistant turns; an episode still going after them ends truncated
     max_total_tokens: int = 1024  # prompt + every turn + every insertion

@@ -103,7 +103,7 @@ class ForgeConfig:
         check_loggers(self.logger)
         if self.mode not in ("train", "eval"):
             raise FieldError("mode", f"must be train or eval, got {self.mode!r}")
-        self.algorithm.check_with(self.dataset, self.generator)
+        self.algorithm.check_with(self.dataset, self.env, self.generator)
         if self.services.generator.procs > 1 and not self.generator.drives_workers:
             raise FieldError("services.generator.procs", f"must be 1 for generator={self.generator.name} (one process "
                              f"per replica; got {self.services.generator.procs}): add replicas with "

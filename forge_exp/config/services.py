@@ -37,23 +37,29 @@ class ServicesConfig:
     trainer: ServiceSpec = field(default_factory=ServiceSpec)
     replay_buffer: ServiceSpec = field(default_factory=lambda: ServiceSpec(mesh="host"))
 
+    def spec(self, name: str) -> ServiceSpec:
+        """The spec of the service `name`, one of SERVICES."""
+        if name not in SERVICES:
+            raise KeyError(f"no service {name!r}: the services are {', '.join(SERVICES)}")
+        return getattr(self, name)
+
     def __post_init__(self) -> None:
         for name in SERVICES:
-            spec = getattr(self, name)
+            spec = self.spec(name)
             for key in ("procs", "replicas", "threads", "in_flight"):
                 at_least(f"{name}.{key}", getattr(spec, key), 1)
             if spec.gpus not in (0, 1):
                 raise FieldError(f"{name}.gpus", f"must be 0 or 1 (GPUs per process), got {spec.gpus}")
         for name in ("trainer", "ref_model", "dataset", "replay_buffer"):
-            if getattr(self, name).replicas != 1:
+            if self.spec(name).replicas != 1:
                 raise FieldError(f"{name}.replicas", "must be 1 (only generator, reward and env replicate)")
         for name in SERVICES:
-            if name not in ("trainer", "generator") and getattr(self, name).procs != 1:
+            if name not in ("trainer", "generator") and self.spec(name).procs != 1:
                 # a generator replica is one process today; a tensor-parallel generator (vLLM) would take more
                 raise FieldError(f"{name}.procs", f"must be 1: one process per replica (scale {name} with "
                                                   f"services.{name}.replicas where it replicates)")
         for name in SERVICES:
-            spec = getattr(self, name)
+            spec = self.spec(name)
             if spec.mesh == CONTROLLER and (spec.replicas, spec.procs, spec.gpus) != (1, 1, 0):
                 raise FieldError(f"{name}.mesh", f"'{CONTROLLER}' runs the service in the controller's process: "
                                                  "it needs replicas=1, procs=1, gpus=0; give it a mesh of its own")

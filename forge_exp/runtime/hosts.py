@@ -2,7 +2,7 @@
 (monarch.job.SlurmJob, one HostMesh per mesh name), procs spawned on those hosts instead of on this_host(). The
 meshes that `cluster.hosts` does not name stay on this host (Runtime).
 
-    hosts = hosts_for(config, meshes)   # None for cluster=local
+    hosts = hosts_for(cluster, meshes, name, output_dir)   # None for cluster=local
     await hosts.start()                 # sbatch; wait until the allocation runs; attach to its Monarch workers
     procs = hosts.procs(plan, command)  # the mesh's procs (plan.per_host on each of its hosts), started by the
                                         # runtime's bootstrap command, seen as {replicas, procs} like a local mesh
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from monarch.actor import Actor, ProcMesh, endpoint
 
+from forge_exp.config.cluster import ClusterBase, SlurmCluster
 from forge_exp.runtime.layout import MeshPlan
 
 if TYPE_CHECKING:
@@ -144,10 +145,11 @@ class Whereabouts(Actor):
 # ---- SLURM --------------------------------------------------------------------------------------------------------
 
 
-def hosts_for(config, meshes: dict[str, MeshPlan]) -> ClusterHosts | None:
-    """The cluster hosts of a run, or None when every mesh stays on this host (cluster=local)."""
-    cluster = config.cluster
-    if getattr(cluster, "name", "local") == "local":
+def hosts_for(cluster: ClusterBase, meshes: dict[str, MeshPlan], run_name: str,
+              output_dir: str | None) -> ClusterHosts | None:
+    """The cluster hosts of a run (its `cluster` node, its name and output dir), or None when every mesh stays on
+    this host (cluster=local)."""
+    if not isinstance(cluster, SlurmCluster):
         return None
     from forge_exp.runtime.slurm_job import CompatSlurmJob
 
@@ -156,7 +158,7 @@ def hosts_for(config, meshes: dict[str, MeshPlan]) -> ClusterHosts | None:
     if gpus is None:
         gpus = max(p.procs_per_host * p.gpus for p in on_nodes.values())
     cpus = cluster.cpus_per_node or 1 + max(p.procs_per_host * p.threads for p in on_nodes.values())
-    log_dir = cluster.log_dir or os.path.join(config.output_dir or os.getcwd(), "slurm")
+    log_dir = cluster.log_dir or os.path.join(output_dir or os.getcwd(), "slurm")
     job = CompatSlurmJob(
         meshes={name: plan.nodes for name, plan in on_nodes.items()},
         python_exe=cluster.python or sys.executable,
@@ -164,7 +166,7 @@ def hosts_for(config, meshes: dict[str, MeshPlan]) -> ClusterHosts | None:
         # and a partition make SlurmJob size the job through the optional `clusterscope` package instead
         slurm_args=[*([f"--gpus-per-node={gpus}"] if gpus else []), *cluster.sbatch_args],
         monarch_port=cluster.port,
-        job_name=re.sub(r"[^\w.-]", "_", f"forge-exp-{config.name}"),
+        job_name=re.sub(r"[^\w.-]", "_", f"forge-exp-{run_name}"),
         time_limit=str(cluster.timeout_min),  # sbatch --time=<minutes>
         partition=cluster.partition,
         account=cluster.account,

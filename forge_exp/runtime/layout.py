@@ -78,18 +78,19 @@ def plan_meshes(services: ServicesConfig, needed: set[str] | None = None,
     for name in GPU_ORDER:
         if name not in needed:
             continue
-        spec = getattr(services, name)
+        spec = services.spec(name)
         mesh_name = spec.mesh or name
         plan = meshes.get(mesh_name)
         if plan is None:
             meshes[mesh_name] = MeshPlan(mesh_name, [name], spec.replicas, spec.procs, spec.gpus, spec.threads,
                                          spawn_procs=1 if name in drives_workers else spec.procs)
             continue
-        for key in ("replicas", "procs", "gpus"):
-            if getattr(spec, key) != getattr(plan, key):
+        for key, mine, shared in (("replicas", spec.replicas, plan.replicas), ("procs", spec.procs, plan.procs),
+                                  ("gpus", spec.gpus, plan.gpus)):
+            if mine != shared:
                 raise ValueError(
-                    f"services.{name}.{key}={getattr(spec, key)} differs from {getattr(plan, key)} of "
-                    f"services.{plan.services[0]}, which shares mesh '{mesh_name}': colocated services must agree"
+                    f"services.{name}.{key}={mine} differs from {shared} of services.{plan.services[0]}, which "
+                    f"shares mesh '{mesh_name}': colocated services must agree"
                 )
         plan.services.append(name)
         plan.threads = max(plan.threads, spec.threads)

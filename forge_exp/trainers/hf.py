@@ -31,7 +31,7 @@ from forge_exp.models.warmstart import warmstart
 from forge_exp.rl.losses import check_loss_inputs
 from forge_exp.rl.types import TrainBatch
 from forge_exp.trainers.update import Policy, autocast, policy_update
-from forge_exp.trainers.sft import SFT_INPUTS, sft_eval, sft_update  # noqa: F401 — SFT_INPUTS: preflight's
+from forge_exp.trainers.sft import sft_eval, sft_update
 
 
 class HFTrainer:

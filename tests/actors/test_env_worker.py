@@ -7,8 +7,7 @@ import asyncio
 
 import pytest
 
-from forge_exp.actors.generator import Generator
-from forge_exp.apps.common import generator_sizes, samplers, spawn_scorers
+from forge_exp.apps.common import RolloutPlan
 from forge_exp.apps.rollout import MultiTurn, Samplers, sample_groups
 from forge_exp.rl.types import Problem
 from forge_exp.runtime.layout import plan_for
@@ -26,8 +25,8 @@ def config(*extra: str):
 
 async def sample(cfg, n: int) -> tuple[list, dict, Samplers]:
     async with Runtime(plan_for(cfg)) as runtime:
-        generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed, generator_sizes(cfg))
-        s = samplers(cfg, generator, spawn_scorers(cfg, runtime))  # environment workers, 2 calls in flight
+        plan = RolloutPlan.of(cfg)
+        s = plan.samplers(plan.spawn_generator(runtime), plan.spawn_scorer(runtime))  # env workers, 2 calls in flight
         groups, metrics = await sample_groups(s, PROBLEMS, n, 1.0, 1.0)
     return groups, metrics, s
 

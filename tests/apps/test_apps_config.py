@@ -69,15 +69,15 @@ def test_an_rl_loss_under_algorithm_sft_is_refused_before_training():
 
 
 def test_the_warm_start_cache_key_is_what_changes_the_weights(tmp_path):
-    from forge_exp.apps.common import warm_start_dir
+    from forge_exp.apps.common import WarmStart
 
     def key(*overrides: str) -> str:
-        return warm_start_dir(typed(*overrides)).name
+        return WarmStart.of(typed(*overrides)).dir.name
 
     base = key()
     # the held-out set and the cache's own place do not change the weights: the cached ones are loaded
     assert key("dataset.eval_size=8") == key(f"model.warmstart.cache_dir={tmp_path}") == base
-    assert warm_start_dir(typed(f"model.warmstart.cache_dir={tmp_path}")).parent == tmp_path
+    assert WarmStart.of(typed(f"model.warmstart.cache_dir={tmp_path}")).dir.parent == tmp_path
     for changed in ("seed=1", "model.hidden_size=64", "model.warmstart.lr=0.01", "dataset.digits=3"):
         assert key(changed) != base, changed
 
@@ -85,7 +85,7 @@ def test_the_warm_start_cache_key_is_what_changes_the_weights(tmp_path):
 def test_the_trainer_is_told_what_the_loss_takes_and_the_lr_schedule():
     """The trainer actor serves what it is told (the algorithm's loss_inputs; SFT's warm-up and cosine schedule from
     apps/sft.py), without asking which algorithm runs."""
-    from forge_exp.apps.common import spawn_trainer
+    from forge_exp.apps.common import TrainerPlan, spawn_trainer
 
     class Runtime:
         def spawn(self, name, actor, *args, **kwargs):
@@ -93,7 +93,18 @@ def test_the_trainer_is_told_what_the_loss_takes_and_the_lr_schedule():
 
     for overrides, schedule in ((("algorithm.beta=0.04",), None), (("algorithm=sft",), (0, 200))):
         config = typed(*overrides)
-        name, args, kwargs = asyncio.run(spawn_trainer(config, Runtime(), None, 0, lr_schedule=schedule))
+        name, args, kwargs = asyncio.run(spawn_trainer(Runtime(), TrainerPlan.of(config), None, 0,
+                                                          lr_schedule=schedule))
         assert name == "trainer" and args[5] == config.algorithm.loss_inputs and kwargs["lr_schedule"] == schedule
     assert "ref_logprobs" in typed("algorithm.beta=0.04").algorithm.loss_inputs
     assert typed("algorithm=sft").algorithm.loss_inputs == {"logprobs", "padding_mask"}
+
+
+def test_the_grpo_loop_reads_its_view_of_the_config():
+    from forge_exp.apps.common import EvalPlan
+    from forge_exp.apps.grpo import GRPORun
+
+    config = typed("reward.max_failure_rate=0.5")
+    run = GRPORun.of(config)
+    assert run.algorithm is config.algorithm and run.eval == EvalPlan.of(config) and run.steps == config.steps
+    assert run.reward_failures == (0.5, config.reward.failure_steps)

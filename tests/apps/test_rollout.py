@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from forge_exp.apps.common import EvalPlan, evaluate, generator_sizes, response_budget, samplers, spawn_scorers
+from forge_exp.apps.common import EvalPlan, RolloutPlan, evaluate, generator_sizes
 from forge_exp.apps.rollout import MultiTurn, SingleTurn, rollout_kind, sample_groups
 from forge_exp.rl.types import Completion, Group, Problem
 from forge_exp.runtime.layout import plan_for
@@ -121,6 +121,34 @@ def test_the_kind_is_read_in_one_place():
     assert readers == ["forge_exp/apps/rollout.py"], readers
 
 
+def test_the_kind_is_picked_once_when_the_run_is_built():
+    """The apps pick the kind once, in their view of the config (RolloutPlan.of), and pass the plan on; preflight
+    asks it once, before any process starts. No other place calls rollout_kind."""
+    calls = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "forge_exp").rglob("*.py"))
+             if (n := len(re.findall(r"(?<!def )\brollout_kind\(", p.read_text())))}
+    assert calls == {"forge_exp/apps/common.py": 1, "forge_exp/apps/preflight.py": 1}, calls
+
+
+ENTRY_POINTS = {  # what may take the whole config: the apps' entry points, the views' `of`, the run's own decisions
+    "__init__.py": {"run_app", "_grpo"}, "grpo.py": {"build"}, "sft.py": {"run"}, "eval.py": {"run"},
+    "preflight.py": {"check", "resolve_model"}, "rundir.py": {"own_dirs"},
+}
+
+
+def test_the_apps_helpers_take_values_not_the_config():
+    """Each app reads the config once, when it builds its run, into typed views; its helpers take those or plain
+    values."""
+    import ast
+
+    takers = set()
+    for path in sorted((ROOT / "forge_exp" / "apps").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "of" and {
+                    a.arg for a in node.args.args + node.args.kwonlyargs} & {"cfg", "config"}:
+                takers.add((path.name, node.name))
+    assert {t for t in takers if t[1] not in ENTRY_POINTS.get(t[0], ())} == set()
+
+
 def test_single_turn_reports_what_a_single_turn_batch_always_reported():
     s = SingleTurn(generator(), reward_workers(), 8)
     assert s.metrics(single_turn_groups()) == {
@@ -198,21 +226,25 @@ class Runtime:
 def test_the_run_builds_the_kind_its_env_names(overrides, kind, scorer, worker):
     cfg = typed(*overrides)
     runtime = Runtime()
-    scorers = spawn_scorers(cfg, runtime)
-    assert runtime.spawned == [(scorer, worker)] and list(scorers) == [scorer]
-    s = samplers(cfg, generator(), scorers)
-    assert type(s) is kind and s.scorer is scorers[scorer] and s.response_budget == response_budget(cfg)
+    plan = RolloutPlan.of(cfg)
+    assert plan.kind is kind
+    spawned = plan.spawn_scorer(runtime)
+    assert runtime.spawned == [(scorer, worker)]
+    s = plan.samplers(generator(), spawned)
+    assert type(s) is kind and s.scorer is spawned and s.response_budget == cfg.env.response_budget(cfg.dataset)
     services = {name for plan in plan_for(cfg).values() for name in plan.services}
     assert scorer in services and ({"reward", "env"} - {scorer}).isdisjoint(services)
 
 
 def test_the_budgets_are_the_env_options():
     single, multi = typed(), typed(TOOLS)
-    assert response_budget(single) == single.dataset.max_new_tokens
-    assert response_budget(multi) == multi.env.max_total_tokens
+    assert RolloutPlan.of(single).response_budget == single.dataset.max_new_tokens
+    assert RolloutPlan.of(multi).response_budget == multi.env.max_total_tokens
     for cfg, longest in ((single, single.dataset.prompt_budget + single.dataset.max_new_tokens),
                          (multi, multi.env.max_total_tokens + multi.env.turn_tokens)):
         a = cfg.algorithm
-        assert generator_sizes(cfg) == {"slots": a.prompts_per_step * a.group_size * (a.max_policy_age + 1),
-                                        "max_len": longest, "max_model_len": longest}
-    assert generator_sizes(typed("algorithm=sft", "mode=eval"))["slots"] == 64  # an algorithm that samples none
+        sizes = {"slots": a.prompts_per_step * a.group_size * (a.max_policy_age + 1), "max_len": longest,
+                 "max_model_len": longest}
+        assert generator_sizes(a, cfg.env, cfg.dataset) == sizes == RolloutPlan.of(cfg).sizes
+    sft = typed("algorithm=sft", "mode=eval")
+    assert generator_sizes(sft.algorithm, sft.env, sft.dataset)["slots"] == 64  # an algorithm that samples none

@@ -137,10 +137,10 @@ def steps(client, run_id: str, key: str = "loss/total") -> list[int]:
 def trained(cache: Path) -> Path:
     """The default experiment's warm start in the session's cache (the first run of a session trains it), trained
     here when no run has yet: a valid HF model directory for the rows that need one."""
-    from forge_exp.apps.common import warm_start_dir
+    from forge_exp.apps.common import WarmStart
     from tests.config.helpers import typed
 
-    model = cache / warm_start_dir(typed()).name  # the default's key (the session's cache holds other runs' too)
+    model = cache / WarmStart.of(typed()).dir.name  # the default's key (the session's cache holds other runs' too)
     if not (model / "config.json").exists():
         where = Path(tempfile.mkdtemp(prefix="forge-exp-warm-"))
         rc, _, err = Run(cli(where, cache, "steps=1")).finish(600)

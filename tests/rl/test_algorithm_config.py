@@ -131,6 +131,18 @@ def test_overlong_buffer_fits_in_the_response_budget():
         validate(compose_cfg("algorithm=dapo", "dataset.max_new_tokens=256", "algorithm.overlong_buffer=1000"))
 
 
+def test_overlong_buffer_of_a_multi_turn_run_fits_in_its_episode_budget():
+    """A multi-turn run penalizes against the whole episode's budget (env.max_total_tokens, what apps/grpo.py passes
+    as L_max), not one completion's dataset.max_new_tokens."""
+    from forge_exp.config.validate import ConfigError, validate
+
+    tools = ("experiment=tool_arithmetic", "dataset.max_new_tokens=8", "env.max_total_tokens=64")
+    config = validate(compose_cfg(*tools, "algorithm.overlong_penalty=true", "algorithm.overlong_buffer=32"))
+    assert config.env.response_budget(config.dataset) == 64 and config.algorithm.overlong_buffer == 32
+    with pytest.raises(ConfigError, match=r"^algorithm\.overlong_buffer must be <= env\.max_total_tokens=64 "):
+        validate(compose_cfg(*tools, "algorithm.overlong_buffer=65"))
+
+
 def test_typos_and_wrong_types_fail_at_compose_time():
     from hydra.errors import ConfigCompositionException
 

@@ -99,3 +99,16 @@ def test_squeue_json_of_either_slurm_reads_as_monarch_expects(answer):
 def test_pending_job_of_slurm_22_05_has_no_nodes_yet():
     job = squeue_job({"jobs": [{"job_id": 9, "job_state": "PENDING", "job_resources": None}]}, "9")
     assert job["job_state"] == ["PENDING"]  # (SlurmJob reads the nodes only once the job runs)
+
+
+def test_the_cluster_option_decides_whether_the_run_has_cluster_hosts(tmp_path):
+    """cluster=local keeps every mesh here; cluster=slurm's meshes get a job, named after the run, logging under its
+    output dir (nothing is submitted until start())."""
+    from forge_exp.config.cluster import LocalCluster, SlurmCluster
+    from forge_exp.runtime.hosts import hosts_for
+
+    meshes = plan_meshes(ServicesConfig(), {"trainer", "generator"}, hosts={"trainer": 1})
+    assert hosts_for(LocalCluster(), plan_meshes(ServicesConfig(), {"trainer"}), "run", str(tmp_path)) is None
+    hosts = hosts_for(SlurmCluster(), meshes, "my run", str(tmp_path))
+    assert hosts.names == ["trainer"] and hosts.describe == {"scheduler": "slurm", "logs": str(tmp_path / "slurm")}
+    assert hosts.job._job_name == "forge-exp-my_run"

@@ -29,8 +29,7 @@ import torch
 from omegaconf import OmegaConf
 
 from forge_exp.actors.dataset import DatasetService
-from forge_exp.actors.generator import Generator
-from forge_exp.apps.common import generator_sizes, samplers, spawn_scorers
+from forge_exp.apps.common import RolloutPlan, generator_sizes
 from forge_exp.apps.rollout import sample_groups
 from forge_exp.config.compose import compose, typed
 from forge_exp.runtime.layout import plan_for
@@ -60,9 +59,8 @@ async def measure(overrides: list[str], batches: int, warmup: int) -> dict:
     a = cfg.algorithm
     async with Runtime(plan_for(cfg)) as runtime:
         dataset = runtime.spawn("dataset", DatasetService, cfg.dataset, cfg.model)
-        generator = runtime.spawn("generator", Generator, cfg.generator, cfg.model, None, cfg.seed,
-                                  generator_sizes(cfg))
-        s = samplers(cfg, generator, spawn_scorers(cfg, runtime))
+        plan = RolloutPlan.of(cfg)
+        s = plan.samplers(plan.spawn_generator(runtime), plan.spawn_scorer(runtime))
         seconds, tokens = [], []
         for i in range(warmup + batches):
             problems = await dataset.route().sample.call_one(a.prompts_per_step)
@@ -91,7 +89,8 @@ def engine_alone(overrides: list[str], problems: list, repeats: int) -> dict:
     cfg = typed(overrides)
     a = cfg.algorithm
     torch.set_num_threads(1)
-    engine = build(fill_unset(cfg.generator, generator_sizes(cfg)), "generator", model=build(cfg.model, "model"),
+    sizes = generator_sizes(cfg.algorithm, cfg.env, cfg.dataset)
+    engine = build(fill_unset(cfg.generator, sizes), "generator", model=build(cfg.model, "model"),
                    device=torch.device("cpu"), seed=0)
     prompts = [engine.tokenizer.encode(p.prompt) for p in problems]
     sampling = Sampling(a.group_size, a.temperature, a.top_p, cfg.dataset.max_new_tokens, seed=1)

@@ -13,6 +13,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# Every actor the apps spawn is imported with the app, before any service starts: the dataset's actor runs in this
+# process and imports transformers as it starts, and a module this thread imported at the same moment could find
+# transformers half-initialised (its lazy modules are not thread-safe).
+from forge_exp.actors.env import EnvWorker  # noqa: F401  (spawned by rollout.MultiTurn.spawn_scorer)
+from forge_exp.actors.generator import Generator
+from forge_exp.actors.reward import RewardWorker  # noqa: F401  (spawned by rollout.SingleTurn.spawn_scorer)
+from forge_exp.actors.trainer import Trainer
 from forge_exp.apps.rollout import Samplers, rollout_kind, sample_groups, task_accuracy
 from forge_exp.config.enums import plain
 from forge_exp.rl.types import Problem
@@ -90,8 +97,6 @@ class RolloutPlan:
 
     def spawn_generator(self, runtime, init_path: str | None = None) -> Service:
         """The generator service, its weights from `init_path` (None: the model's own)."""
-        from forge_exp.actors.generator import Generator
-
         return runtime.spawn("generator", Generator, self.generator, self.model, init_path, self.seed, self.sizes)
 
     def spawn_scorer(self, runtime) -> Service:
@@ -134,8 +139,6 @@ async def spawn_trainer(runtime, plan: TrainerPlan, init_path: str | None, resum
                         lr_schedule: tuple[int, int] | None = None) -> Service:
     """The trainer service, told the inputs the algorithm's loss takes and the lr schedule ((warm-up steps, total
     steps); None: a constant lr)."""
-    from forge_exp.actors.trainer import Trainer
-
     args = (plan.trainer, plan.model, plan.algorithm, init_path, plan.seed, plan.algorithm.loss_inputs)
     kwargs = {"resume_step": resume_step, "lr_schedule": lr_schedule}
     if plan.degrees is None:

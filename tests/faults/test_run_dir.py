@@ -68,9 +68,10 @@ def test_one_owner_a_hung_stop_a_damaged_checkpoint_and_a_changed_resume(tmp_pat
 
     # 3: the checkpoints from the newest sent one on are damaged (a copy cut short, a crash before the data reached
     # the disk): the resume goes back to the one before, and the steps after it are in MLflow already
-    older = flushed - 2
+    kept = sorted(int(p.name[5:]) for p in checkpoints.glob("step_*") if p.name[5:].isdigit())
+    older = max(step for step in kept if step < flushed)  # every 2 steps, plus the stop's step in flight (any step)
     damaged = {}
-    for step in range(flushed, newest + 1, 2):
+    for step in (step for step in kept if step >= flushed):
         weights = checkpoints / f"step_{step:07d}" / "model.safetensors"
         damaged[step] = weights.stat().st_size
         with open(weights, "r+b") as f:

@@ -9,13 +9,12 @@
 
 An adapter directory (adapter_config.json + adapter_model.safetensors, written by PeftModel.save_pretrained) names
 its base in `base_model_name_or_path`; `model.path=<adapter dir>` loads that base with the adapter merged
-(models/hf.py), and `forge-exp-merge <adapter dir> <out dir>` writes the merged model as an HF checkpoint.
-peft is imported only where adapters are used: `pip install 'forge-exp[lora]'`.
+(models/hf.py), and `forge-exp-merge <adapter dir> <out dir>` (models/merge.py) writes the merged model as an HF
+checkpoint. peft is imported only where adapters are used: `pip install 'forge-exp[lora]'`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,31 +183,3 @@ def merge_adapter(model: torch.nn.Module, adapter: str) -> torch.nn.Module:
     """`model` with the adapter directory's weights merged in (peft's merge_and_unload): a plain model again."""
     peft = require_peft()
     return peft.PeftModel.from_pretrained(model, adapter).merge_and_unload()
-
-
-def merge_main(argv: list[str] | None = None) -> None:
-    """`forge-exp-merge ADAPTER OUT [--base DIR]`: the adapter merged into its base, written as an HF checkpoint
-    (weights, config.json, tokenizer) that transformers, vLLM and `model.path=` load as a plain model."""
-    parser = argparse.ArgumentParser(prog="forge-exp-merge", description=merge_main.__doc__)
-    parser.add_argument("adapter", help="a LoRA checkpoint: a directory with adapter_config.json")
-    parser.add_argument("out", help="where to write the merged model")
-    parser.add_argument("--base", help="the base model's directory (default: the adapter's base_model_name_or_path)")
-    args = parser.parse_args(argv)
-    from forge_exp.models.checkpoint import save_hf_checkpoint
-    from forge_exp.models.hf import load_causal_lm, load_tokenizer
-
-    if not is_adapter_dir(args.adapter):
-        parser.error(f"{args.adapter} has no {ADAPTER_CONFIG}: not a LoRA checkpoint")
-    base = args.base or adapter_base(args.adapter)
-    if not base:
-        parser.error(f"{args.adapter} was trained on a freshly initialised model: give its weights with --base")
-    config = json.loads((Path(base).expanduser() / "config.json").read_text()) if Path(base).is_dir() else {}
-    dtype = config.get("dtype") or config.get("torch_dtype") or "float32"
-    model = merge_adapter(load_causal_lm(base, dtype=dtype), args.adapter)
-    out = save_hf_checkpoint(model, load_tokenizer(args.adapter), args.out)
-    print(f"forge-exp-merge: {args.adapter} merged into {base}: {out}")
-
-
-
-if __name__ == "__main__":
-    merge_main()

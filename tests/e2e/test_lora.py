@@ -48,7 +48,7 @@ def test_lora_grpo_learns_with_the_base_as_reference(tmp_path, warmstart_cache):
                              "dataset.eval_size=200")
     assert metric_history(c, r, "eval/accuracy") == [evals[-1]]
     merged = tmp_path / "merged"
-    done = subprocess.run([sys.executable, "-m", "forge_exp.models.lora", str(final), str(merged)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "forge_exp.models.merge", str(final), str(merged)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     want, got = TinyQwen3(path=str(final)).build().state_dict(), TinyQwen3(path=str(merged)).build().state_dict()

@@ -14,7 +14,8 @@ import torch
 from forge_exp.generators.base import Sampling
 from forge_exp.generators.native import NativeEngine
 from forge_exp.models.logprobs import sequence_logprobs
-from forge_exp.models.lora import DEFAULT_TARGETS, Lora, adapter_layout, merge_main
+from forge_exp.models.lora import DEFAULT_TARGETS, Lora, adapter_layout
+from forge_exp.models.merge import merge_main
 from forge_exp.models.tiny import TinyQwen3
 from forge_exp.rl.losses.grpo import GRPOLoss
 from forge_exp.rl.types import TrainBatch

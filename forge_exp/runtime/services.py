@@ -85,6 +85,7 @@ class Runtime:
                         per_host={"replicas": plan.replicas, "procs": plan.spawn_procs}, name=plan.name,
                         bootstrap_command=zygote.bootstrap_command(plan),  # forked from the pre-imported server
                     )
+                    self.supervisor.local[plan.name] = plan.replicas * plan.spawn_procs
                 return plan, self.procs[plan.name]
         raise KeyError(f"service '{service}' is not in the services layout")
 

@@ -23,7 +23,7 @@ import os
 import re
 import signal
 from dataclasses import dataclass
-from typing import Any, Awaitable, TypeVar
+from typing import Any, Awaitable, Iterable, TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,6 +34,7 @@ SPAWN_ENV = "HYPERACTOR_MESH_PROC_SPAWN_MAX_IDLE"
 SPAWN_DEFAULT = "120s"
 SPAWN_FAILED = "error spawning proc mesh"  # Monarch 0.7's ValueError, e.g. "...: statuses: Timeout(120.0s)=0..1"
 ADMIN_ENV = "HYPERACTOR_MESH_ADMIN_ADDR"
+PROC_NAME_ENV = "HYPERACTOR_PROCESS_NAME"  # what Monarch sets for each proc it starts: "generator-0 @ <host>"
 ADMIN_LOOPBACK = "127.0.0.1:1729"  # Monarch's default is [::]:1729: every interface of a shared node
 GATHER_S = 0.3  # after the first event of a failure, how long its siblings (other meshes of the process) may take
 # An event about Monarch's own meshes only: how long to wait for the service's own event. Each actor mesh is polled
@@ -156,6 +157,7 @@ class Supervisor:
         self._decide_at: asyncio.TimerHandle | None = None
         self.closing = False  # set while the meshes are stopped on purpose: their events are expected
         self.meshes: dict[str, str] = {}  # service → the proc mesh it was spawned on (Runtime.spawn says)
+        self.local: dict[str, int] = {}  # proc mesh started on this host → how many processes it has
 
     def install(self) -> None:
         import monarch.actor
@@ -213,6 +215,8 @@ class Supervisor:
         same = [e for e in named_events if e.point == first.point and e.cause == first.cause]
         services = list(dict.fromkeys(e.mesh for e in same if not e.internal))
         died = _is_death(first.cause)
+        if died and not services:  # only Monarch's own meshes reported it: the local mesh that lost a process
+            services = self._short_of_procs()
         services = self._colocated(services) if died else services
         self._failed.set_exception(ServiceFailed(services, first.point, first.cause, first.report, died=died))
 
@@ -222,6 +226,14 @@ class Supervisor:
             mesh = self.meshes[services[0]]
             return sorted(s for s, m in self.meshes.items() if m == mesh)
         return services
+
+    def _short_of_procs(self) -> list[str]:
+        """The services of the one local proc mesh with fewer live processes than it was started with ([] when
+        none or several are). Monarch reports a death on every actor mesh of the process, but at times only its
+        own logger mesh's event comes, whose name says nothing of the proc mesh; each process Monarch starts here
+        carries `<proc mesh>-<rank> @ <host>` in HYPERACTOR_PROCESS_NAME (a forked proc's client dies with it)."""
+        short = [mesh for mesh, n in live_procs(self.local).items() if n < self.local[mesh]]
+        return sorted(s for s, m in self.meshes.items() if m == short[0]) if len(short) == 1 else []
 
     async def run(self, work: Awaitable[T]) -> T:
         """Await `work`; if a service fails first, cancel it and raise that failure. An exception `work` raises
@@ -257,6 +269,22 @@ class Supervisor:
         if chosen is not None:
             raise chosen from error
         raise error
+
+
+def live_procs(meshes: Iterable[str]) -> dict[str, int]:
+    """How many processes of each of `meshes` (proc mesh names) are alive among this process's descendants."""
+    import psutil
+
+    count = dict.fromkeys(meshes, 0)
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            name = proc.environ().get(PROC_NAME_ENV, "")
+        except psutil.Error:  # gone, a zombie, or not ours to read
+            continue
+        mesh = re.sub(r"-\d+$", "", name.split(" ")[0])
+        if mesh in count:
+            count[mesh] += 1
+    return count
 
 
 def after_close(failure: Any) -> None:

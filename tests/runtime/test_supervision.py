@@ -250,3 +250,34 @@ def test_a_call_naming_the_service_wins_over_events_about_monarchs_own_meshes_on
     # a call to one of several services on the process that died: all of them are named, as the events would
     with pytest.raises(ServiceFailed, match=r"^ref_model, trainer \(replica 1\) died: SIGKILL$"):
         asyncio.run(run({"trainer": "gpu", "ref_model": "gpu", "generator": "other"}))
+
+
+def test_a_death_only_monarchs_logger_mesh_reported_names_the_local_mesh_short_of_a_process():
+    """At times Monarch delivers a dead process's event for its own logger mesh only, whose name says nothing of
+    the proc mesh: the proc mesh started here that has lost a process is the one named, with its services."""
+    import psutil
+
+    plans = {name: MeshPlan(name, [service], 1, 1, 0, 1, devices=[["cpu"]])
+             for name, service in (("gen", "generator"), ("train", "trainer"))}
+
+    async def run() -> tuple[str, str]:
+        async with Runtime(plans) as runtime:
+            generator, trainer = runtime.spawn("generator", Worker), runtime.spawn("trainer", Worker)
+            pid = await generator.replica(0).pid.call_one()
+            await trainer.replica(0).pid.call_one()
+            assert runtime.supervisor._short_of_procs() == []  # all there
+            os.kill(pid, signal.SIGKILL)
+            while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                await asyncio.sleep(0.05)  # (not wait(): that would reap Monarch's child before Monarch does)
+            # the logger's event alone, decided by a supervisor that sees the same meshes
+            alone = Supervisor()
+            alone.meshes, alone.local = dict(runtime.supervisor.meshes), dict(runtime.supervisor.local)
+            alone._loop = asyncio.get_running_loop()
+            alone._failed = alone._loop.create_future()
+            alone._add(parse_report("logger-xPkT1otLNBm", LOGGER.replace("1/2", "0/1")))
+            await asyncio.wait([alone._failed], timeout=10)
+            with pytest.raises(ServiceFailed) as real:  # and the run's own supervisor, from Monarch's events
+                await runtime.supervise(asyncio.sleep(30))
+            return str(alone.failure), str(real.value)
+
+    assert asyncio.run(run()) == ("generator (replica 0) died: SIGKILL",) * 2

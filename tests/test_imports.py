@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("transformers.modeling_utils", "mlflow", "torch._dynamo", "sympy")
 
 
@@ -44,6 +46,7 @@ def test_the_tiny_model_is_built_saved_and_loaded_without_modeling_code_or_dynam
     assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False, "sympy": False}
 
 
+@pytest.mark.slow
 def test_a_released_model_still_loads_transformers_modeling_code(tmp_path):
     from forge_exp.models.tiny import TinyQwen3
 

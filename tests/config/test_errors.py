@@ -117,6 +117,7 @@ def test_cli_errors_are_one_line_with_the_closest_key_and_spawn_nothing(tmp_path
     assert not (tmp_path / "mlruns").exists()  # nothing ran: no MLflow store either
 
 
+@pytest.mark.slow
 def test_slurm_without_a_controller_is_one_line_and_creates_no_run(tmp_path):
     env = {**os.environ, "PATH": os.path.dirname(os.sys.executable)}  # no sbatch on this PATH
     r = run_cli("-m", "algorithm.beta=0,0.04", "hydra/launcher=submitit_slurm", f"hydra.sweep.dir={tmp_path}/s",

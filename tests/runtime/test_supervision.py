@@ -72,12 +72,14 @@ async def _after_kill(replica: int) -> tuple[ServiceFailed, float]:
         return e.value, time.monotonic() - t0
 
 
+@pytest.mark.slow
 def test_a_killed_process_fails_the_run_naming_service_and_replica():
     failure, seconds = asyncio.run(_after_kill(replica=1))
     assert str(failure) == "generator (replica 1) died: SIGKILL"
     assert seconds < 10, seconds  # Monarch polls every 2 s here (runtime/supervision.py)
 
 
+@pytest.mark.slow
 def test_an_actor_that_cannot_start_and_an_endpoint_that_raises():
     async def init_fails():
         async with Runtime(plan(1)) as runtime:
@@ -97,6 +99,7 @@ def test_an_actor_that_cannot_start_and_an_endpoint_that_raises():
         asyncio.run(endpoint_raises())
 
 
+@pytest.mark.slow
 def test_service_processes_leave_stop_signals_to_the_controller():
     """SLURM signals every process of a job: a service ignores SIGTERM/SIGUSR2/SIGINT and keeps serving."""
 
@@ -122,6 +125,7 @@ def test_monarch_is_configured_before_the_first_mesh():
     assert get_global_config()["mesh_proc_spawn_max_idle"] in ("120s", "2m")  # Monarch's own default is 30s
 
 
+@pytest.mark.slow
 def test_a_proc_that_dies_while_starting_fails_the_spawn_at_once():
     """The 2-minute start limit is a limit, not a wait: a proc whose command exits is reported as soon as it does."""
     import sys
@@ -143,6 +147,7 @@ def test_a_proc_that_dies_while_starting_fails_the_spawn_at_once():
     assert "exit_code: 3" in str(e.value), str(e.value)
 
 
+@pytest.mark.slow
 def test_a_process_shared_by_services_names_them_all():
     async def run():
         host = {"host": MeshPlan("host", ["reward", "dataset"], 1, 1, 0, 1, devices=[["cpu"]])}
@@ -182,6 +187,7 @@ except ServiceFailed as e:
 """
 
 
+@pytest.mark.slow
 def test_a_proc_that_never_starts_is_one_line_naming_the_limit():
     """Monarch's spawn timeout (a proc that never reports in) is a ServiceFailed, not a ValueError's traceback; the
     proc it gave up on ends with the controller."""
@@ -205,6 +211,7 @@ def test_a_proc_that_never_starts_is_one_line_naming_the_limit():
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_events_after_the_run_are_not_printed_as_unhandled(capfd):
     """A failure's late events (polled after the meshes were stopped) are logged at debug level, not printed by
     Monarch's default hook after the run's last line (nor do they exit the controller)."""
@@ -225,6 +232,7 @@ def test_events_after_the_run_are_not_printed_as_unhandled(capfd):
     assert "Unhandled monarch error" not in capfd.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_call_naming_the_service_wins_over_events_about_monarchs_own_meshes_only():
     """The process died, Monarch's logger mesh reported it, the service's own event did not come in time: the
     failed call's error names the service."""
@@ -252,6 +260,7 @@ def test_a_call_naming_the_service_wins_over_events_about_monarchs_own_meshes_on
         asyncio.run(run({"trainer": "gpu", "ref_model": "gpu", "generator": "other"}))
 
 
+@pytest.mark.slow
 def test_a_death_only_monarchs_logger_mesh_reported_names_the_local_mesh_short_of_a_process():
     """At times Monarch delivers a dead process's event for its own logger mesh only, whose name says nothing of
     the proc mesh: the proc mesh started here that has lost a process is the one named, with its services."""

@@ -23,6 +23,8 @@ from forge_exp.runtime.services import Runtime
 from forge_exp.runtime.supervision import ServiceFailed
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow  # each test starts a fork server and procs
+
 
 class Who(Actor):
     def __init__(self, *, devices, threads):

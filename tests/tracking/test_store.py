@@ -138,6 +138,7 @@ def test_a_new_local_store_is_checked_before_the_run_and_created_by_the_tracker(
         check_store(f"sqlite:///{tmp_path}/afile/mlflow.db")
 
 
+@pytest.mark.slow
 def test_a_store_another_run_is_creating_is_waited_for_without_mlflow(tmp_path):
     """A run that finds the store mid-creation (the file there, its tables not yet) waits for the creator's lock and
     reads the store again with the standard library: it does not import MLflow to find what the creator made."""

@@ -65,6 +65,7 @@ def test_tp_over_two_processes_matches_one_process(case, family):
     assert_same_steps(tp, c["single"], f"{family} tp=2")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_one_process_titan_step_matches_the_transformers_step(case, family):
     c = case(family)

@@ -77,9 +77,9 @@ def check(config: ForgeConfig) -> None:
     model = build(config.model, "model")
     model.check_available()
     check_lora(model)
-    check_context(config.dataset, model, config.algorithm.max_seq_len if sft else None)
     check_dataset(config.dataset, model, sft=sft)
     rollout_kind(config.env).check(config.env, model)
+    check_context(config.dataset, config.env, model, config.algorithm.max_seq_len if sft else None)
     meshes = plan_for(config)
     check_gpus(meshes, torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
@@ -129,9 +129,10 @@ def probe_loss(loss, available: set[str]) -> None:
                          f"move the policy")
 
 
-def check_context(dataset: DatasetBase, model, max_seq_len: int | None = None) -> None:
-    """The longest prompt plus the response budget (SFT, with its max_seq_len: the longest sequence) fits in the
-    model's positions."""
+def check_context(dataset: DatasetBase, env, model, max_seq_len: int | None = None) -> None:
+    """The longest sequence the run feeds the model fits in its positions: the longest prompt plus the response
+    budget; a whole episode (multi-turn: env.max_total_tokens, and a turn may run env.turn_tokens past the least
+    budget left, envs/driver.py); SFT's max_seq_len."""
     positions = getattr(model, "max_position_embeddings", None)
     if positions is None:
         try:
@@ -148,12 +149,16 @@ def check_context(dataset: DatasetBase, model, max_seq_len: int | None = None) -
             raise ValueError(f"algorithm.max_seq_len={max_seq_len} is longer than the model's "
                              f"max_position_embeddings={positions}: lower it or use a model with a longer context")
         return
-    prompt, response = dataset.prompt_budget, dataset.max_new_tokens
-    if prompt + response > positions:
-        what = "dataset.max_prompt_tokens" if isinstance(dataset, PromptedDataset) else "the task's longest prompt"
-        raise ValueError(f"model.max_position_embeddings={positions} is shorter than a prompt ({what}: {prompt} "
-                         f"tokens) plus dataset.max_new_tokens={response}: lower them or use a model with a longer "
-                         f"context")
+    if env.sequence_budget(dataset) <= positions:
+        return
+    if env.multi_turn:
+        raise ValueError(f"model.max_position_embeddings={positions} is shorter than an episode's longest sequence, "
+                         f"env.max_total_tokens={env.max_total_tokens} plus a turn's env.turn_tokens="
+                         f"{env.turn_tokens}: lower them or use a model with a longer context")
+    what = "dataset.max_prompt_tokens" if isinstance(dataset, PromptedDataset) else "the task's longest prompt"
+    raise ValueError(f"model.max_position_embeddings={positions} is shorter than a prompt ({what}: "
+                     f"{dataset.prompt_budget} tokens) plus dataset.max_new_tokens={dataset.max_new_tokens}: lower "
+                     f"them or use a model with a longer context")
 
 
 def check_dataset(dataset: DatasetBase, model, sft: bool = False) -> None:

@@ -74,6 +74,11 @@ def test_the_tool_experiment_passes_and_a_model_that_cannot_write_the_tool_forma
     with pytest.raises(ValueError, match=r"^env\.chat_format=tiny writes tool calls and results with '\[\]\(\)\?', "
                                          r"which model\.alphabet lacks"):
         preflight("env=calculator", "env.chat_format=tiny")
+    # an episode, not dataset.max_new_tokens, is what must fit: 64 + 20 positions of the model's 96, then 80 + 20
+    preflight("experiment=tool_arithmetic", "dataset.max_new_tokens=200")
+    with pytest.raises(ValueError, match=r"^model\.max_position_embeddings=96 is shorter than an episode's longest "
+                                         r"sequence, env\.max_total_tokens=80 plus a turn's env\.turn_tokens=20"):
+        preflight("experiment=tool_arithmetic", "env.max_total_tokens=80")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")

@@ -23,11 +23,12 @@ from forge_exp.rl.loss_options import LOSS_OPTIONS
 # ---------------------------------------------------------------------------------------------- losses
 def loss_node(schema: type) -> DictConfig:
     """A loss family's schema (rl/loss_options.py) as the `algorithm.loss` node: in a run a null horizon is the
-    longest response, dataset.max_new_tokens, the one loss knob another group decides (resolved when the config is,
+    longest response, the one loss knob other groups decide: a whole episode's env.max_total_tokens when the env is
+    multi-turn, else one completion's dataset.max_new_tokens (EnvBase.response_budget; resolved when the config is,
     so the composed config and the MLflow params show the number)."""
     node = OmegaConf.structured(schema)
     if "horizon" in node:
-        node.horizon = "${dataset.max_new_tokens}"
+        node.horizon = "${oc.select:env.max_total_tokens,${dataset.max_new_tokens}}"
     return node
 
 

@@ -25,7 +25,7 @@ class PolicyOptions:
     kl_estimator: KLEstimator = KLEstimator.k3  # k1 | k2 | k3 (Schulman 2020)
     entropy_coef: float = 0.0  # entropy bonus; 0 = off
     loss_agg: LossAgg = LossAgg.seq_mean  # token_mean | seq_mean | fixed_horizon (Dr. GRPO)
-    # fixed_horizon's constant, the longest response; null: in a run, dataset.max_new_tokens (config/algorithm.py)
+    # fixed_horizon's constant, the longest response; null: in a run, the response budget (config/algorithm.py)
     horizon: Optional[int] = None
     # the generator/trainer logprob mismatch (rl/losses/correction.py): none | tis (truncated IS) | mis (masked IS)
     # | seq_mask (drop sequences by their geometric-mean ratio), with its cap C > 1

@@ -104,9 +104,12 @@ def test_aliases_are_the_same_node_as_the_loss_knobs():
     assert "beta" not in a.algorithm and a.algorithm.loss.beta == 0.1
 
 
-def test_the_horizon_follows_the_dataset():
+def test_the_horizon_follows_the_response_budget():
     c = OmegaConf.to_object(compose_cfg("algorithm=dr_grpo", "dataset.max_new_tokens=12"))
     assert c.algorithm.loss.horizon == 12
+    c = OmegaConf.to_object(compose_cfg("algorithm=dr_grpo", "env=calculator", "env.max_total_tokens=80"))
+    assert c.algorithm.loss.horizon == 80 == c.env.response_budget(c.dataset)
+    assert OmegaConf.to_object(compose_cfg("algorithm=dr_grpo", "algorithm.horizon=7")).algorithm.loss.horizon == 7
 
 
 def test_the_tool_experiment_is_multi_turn_on_the_tool_alphabet():

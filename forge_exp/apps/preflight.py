@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forge_exp.config.dataset import DatasetBase, PromptedDataset
+from forge_exp.config.dataset import DatasetBase
 from forge_exp.config.logger import extra_loggers
 from forge_exp.config.run import ForgeConfig
 from forge_exp.generators.options import VllmOptions
@@ -149,16 +149,9 @@ def check_context(dataset: DatasetBase, env, model, max_seq_len: int | None = No
             raise ValueError(f"algorithm.max_seq_len={max_seq_len} is longer than the model's "
                              f"max_position_embeddings={positions}: lower it or use a model with a longer context")
         return
-    if env.sequence_budget(dataset) <= positions:
-        return
-    if env.multi_turn:
-        raise ValueError(f"model.max_position_embeddings={positions} is shorter than an episode's longest sequence, "
-                         f"env.max_total_tokens={env.max_total_tokens} plus a turn's env.turn_tokens="
-                         f"{env.turn_tokens}: lower them or use a model with a longer context")
-    what = "dataset.max_prompt_tokens" if isinstance(dataset, PromptedDataset) else "the task's longest prompt"
-    raise ValueError(f"model.max_position_embeddings={positions} is shorter than a prompt ({what}: "
-                     f"{dataset.prompt_budget} tokens) plus dataset.max_new_tokens={dataset.max_new_tokens}: lower "
-                     f"them or use a model with a longer context")
+    if env.sequence_budget(dataset) > positions:
+        raise ValueError(f"model.max_position_embeddings={positions} is shorter than "
+                         f"{env.sequence_budget_keys(dataset)}: lower them or use a model with a longer context")
 
 
 def check_dataset(dataset: DatasetBase, model, sft: bool = False) -> None:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Optional
 
 from forge_exp.checks import FieldError, at_least, finite, within
 from forge_exp.choices import ChatFormat
+from forge_exp.config.dataset import PromptedDataset
 
 
 @dataclass
@@ -30,6 +31,10 @@ class EnvBase:
 
     def sequence_budget(self, dataset) -> int:
         """The longest sequence a generate call may hold: the prompt and what may follow it."""
+        raise NotImplementedError
+
+    def sequence_budget_keys(self, dataset) -> str:
+        """The keys that set sequence_budget, with their values, for the error that says it does not fit."""
         raise NotImplementedError
 
     @property
@@ -58,6 +63,10 @@ class SingleTurnEnv(EnvBase):
 
     def sequence_budget(self, dataset) -> int:
         return dataset.prompt_budget + dataset.max_new_tokens
+
+    def sequence_budget_keys(self, dataset) -> str:
+        what = "dataset.max_prompt_tokens" if isinstance(dataset, PromptedDataset) else "the task's longest prompt"
+        return f"a prompt ({what}: {dataset.prompt_budget} tokens) plus dataset.max_new_tokens={dataset.max_new_tokens}"
 
 
 @dataclass
@@ -89,6 +98,10 @@ class MultiTurnEnv(EnvBase):
 
     def sequence_budget(self, dataset) -> int:
         return self.max_total_tokens + self.turn_tokens  # a turn may run turn_tokens past the shortest budget left
+
+    def sequence_budget_keys(self, dataset) -> str:
+        return (f"an episode's longest sequence, env.max_total_tokens={self.max_total_tokens} plus a turn's "
+                f"env.turn_tokens={self.turn_tokens}")
 
 
 @dataclass

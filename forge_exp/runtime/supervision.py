@@ -34,8 +34,8 @@ SPAWN_ENV = "HYPERACTOR_MESH_PROC_SPAWN_MAX_IDLE"
 SPAWN_DEFAULT = "120s"
 SPAWN_FAILED = "error spawning proc mesh"  # Monarch 0.7's ValueError, e.g. "...: statuses: Timeout(120.0s)=0..1"
 ADMIN_ENV = "HYPERACTOR_MESH_ADMIN_ADDR"
-PROC_NAME_ENV = "HYPERACTOR_PROCESS_NAME"  # what Monarch sets for each proc it starts: "generator-0 @ <host>"
 ADMIN_LOOPBACK = "127.0.0.1:1729"  # Monarch's default is [::]:1729: every interface of a shared node
+PROC_NAME_ENV = "HYPERACTOR_PROCESS_NAME"  # what Monarch sets for each proc it starts: "generator-0 @ <host>"
 GATHER_S = 0.3  # after the first event of a failure, how long its siblings (other meshes of the process) may take
 # An event about Monarch's own meshes only: how long to wait for the service's own event. Each actor mesh is polled
 # on its own, so the service's can come a poll period (2 s) after the logger's, later on busy cores.

@@ -316,14 +316,23 @@ def _device_ms(fn, reps: int = 30) -> float:
     return start.elapsed_time(end) / reps
 
 
-ATTENTION_KNOBS = ("SPLIT", "BLOCK_N", "ATTN_WARPS", "ATTN_STAGES")
+ATTENTION_KNOBS = ("ATTN_DOT", "SPLIT", "BLOCK_N", "ATTN_WARPS", "ATTN_STAGES")
+
+
+def attention_settings():
+    """The launch settings the sweep times: tensor-core chunks (tl.dot), then CUDA-core ones (registers only)."""
+    dot = [(True, split, block, 4, stages) for split in (64, 128, 256) for block in (32, 64) for stages in (2, 3)]
+    cores = [(False, split, block, warps, stages) for split in (32, 64, 128) for block in (16, 32, 64)
+             for warps in (2, 4, 8) for stages in (1, 2) if block <= split]
+    return dot + cores
 SAMPLE_KNOBS = ("SAMPLE_BLOCK", "SAMPLE_WARPS")
 
 
-def sweep(model, bandwidth: float, batch: int = 256, prompt: int = 128, new: int = 256) -> dict:
-    """The decode kernels' launch settings at one shape: one layer's split-KV attention over caches whose rows sit
-    at random live lengths in [prompt, prompt + new] (bytes: each row's live K and V once), and the sampler (torch
-    ops against the fused kernel) over [batch, vocab] logits; then the engine end to end with the fastest settings."""
+def sweep(model, bandwidth: float, batch: int, prompt: int, new: int) -> dict:
+    """The decode kernels' launch settings at one shape: one layer's split-KV attention over caches of the engine's
+    length (prompt + new) whose rows sit at random live lengths in [prompt, prompt + new] (bytes: each row's live K
+    and V once), and the sampler (torch ops against the fused kernel) over [batch, vocab] logits; then the engine
+    end to end with the default and the fastest settings."""
     from forge_exp.generators import ops, triton_ops
     from forge_exp.models.sampling import row_key
 
@@ -338,23 +347,17 @@ def sweep(model, bandwidth: float, batch: int = 256, prompt: int = 128, new: int
     default = {k: getattr(triton_ops, k) for k in ATTENTION_KNOBS + SAMPLE_KNOBS}
     want = ops.attention(q, kc, vc, slots, lens, None, d**-0.5)
     rows = []
-    for split in (64, 128, 256):
-        for block in (32, 64, 128):
-            for warps in (2, 4, 8):
-                for stages in (1, 2, 3):
-                    if block > split:
-                        continue
-                    knobs = dict(zip(ATTENTION_KNOBS, (split, block, warps, stages)))
-                    for k, v in knobs.items():
-                        setattr(triton_ops, k, v)
-                    try:
-                        got = triton_ops.attention(q, kc, vc, slots, lens, None, d**-0.5)
-                        err = float((got.float() - want.float()).norm() / want.float().norm())
-                        ms = _device_ms(lambda: triton_ops.attention(q, kc, vc, slots, lens, None, d**-0.5))
-                        rows.append({**knobs, "ms": ms, "of_bandwidth": live_bytes / (ms / 1e3) / bandwidth,
-                                     "rel_err": err})
-                    except Exception as error:  # a setting the compiler refuses (shared memory) is skipped
-                        rows.append({**knobs, "status": f"failed: {type(error).__name__}"[:200]})
+    for setting in attention_settings():
+        knobs = dict(zip(ATTENTION_KNOBS, setting))
+        for k, v in knobs.items():
+            setattr(triton_ops, k, v)
+        try:
+            got = triton_ops.attention(q, kc, vc, slots, lens, None, d**-0.5)
+            err = float((got.float() - want.float()).norm() / want.float().norm())
+            ms = _device_ms(lambda: triton_ops.attention(q, kc, vc, slots, lens, None, d**-0.5))
+            rows.append({**knobs, "ms": ms, "of_bandwidth": live_bytes / (ms / 1e3) / bandwidth, "rel_err": err})
+        except Exception as error:  # a setting the compiler refuses (shared memory) is skipped
+            rows.append({**knobs, "status": f"failed: {type(error).__name__}"[:200]})
     for k in ATTENTION_KNOBS:
         setattr(triton_ops, k, default[k])
     attention = sorted([r for r in rows if "ms" in r], key=lambda r: r["ms"])
@@ -388,6 +391,8 @@ def sweep(model, bandwidth: float, batch: int = 256, prompt: int = 128, new: int
         setattr(triton_ops, k, v)
     return {"shape": f"{batch}x{prompt}->{new}", "live_kv_bytes_per_layer": live_bytes,
             "attention": attention[:12] + [r for r in rows if "ms" not in r], "attention_configs": len(rows),
+            "attention_default": [r for r in attention if all(r[k] == default[k] for k in ATTENTION_KNOBS)],
+            "attention_fastest_cuda_cores": [r for r in attention if not r["ATTN_DOT"]][:3],
             "samplers": samplers, "engine": engine_runs}
 
 
@@ -414,7 +419,10 @@ def gpu(args) -> dict:
     model = qwen3_1_7b(device)
     result["model"] = {"parameters": sum(p.numel() for p in model.parameters()), "dtype": "bfloat16"}
     if args.sweep:
-        result["sweep"] = sweep(model, bandwidth)
+        result["sweep"] = [sweep(model, bandwidth, *shape) for shape in SHAPES]
+        for shape in result["sweep"]:
+            print(shape["shape"], json.dumps({k: shape[k] for k in ("attention_default", "attention_fastest_cuda_cores")}))
+            print(shape["shape"], "fastest", json.dumps(shape["attention"][:3]), flush=True)
         result["runs"] = []
         return result
     runs = []

@@ -30,7 +30,6 @@ SPLIT = 128
 BLOCK_N = 64
 ATTN_WARPS = 4
 ATTN_STAGES = 2  # software pipelining depth of the chunk loop
-ATTN_DOT = True  # scores on tensor cores (tl.dot) rather than the CUDA cores
 SAMPLE_BLOCK = 8192  # vocabulary columns a sampling program reads at once
 SAMPLE_WARPS = 16
 # These launch settings are the fastest of benchmarks/generation.py --sweep on one H200 at batch 256 (attention
@@ -138,10 +137,8 @@ def _attn_split_kernel(Q, KC, VC, SLOT, LENS, OP, LSE,
                        stride_qn, stride_qh, stride_cs, stride_cl, stride_ch,
                        stride_on, stride_oh, stride_os, stride_ln, stride_lh, scale,
                        G: tl.constexpr, BG: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
-                       CHUNK: tl.constexpr, IEEE: tl.constexpr, DOT: tl.constexpr):
+                       CHUNK: tl.constexpr, IEEE: tl.constexpr):
     # Program (row, kv head, chunk): the G query heads of one kv head against one chunk of the row's cache.
-    # DOT: the scores and the weighted sum on tensor cores (tl.dot: at least 16 query rows, so G is padded to BG
-    # and K/V pass through shared memory); else on the CUDA cores in registers, over the G rows alone.
     n = tl.program_id(0)
     hk = tl.program_id(1)
     sp = tl.program_id(2)
@@ -160,9 +157,7 @@ def _attn_split_kernel(Q, KC, VC, SLOT, LENS, OP, LSE,
         offs = sp * CHUNK + i * BN + tl.arange(0, BN)
         live = offs < length
         k = tl.load(KC + cache + offs[:, None] * stride_cl + od[None, :], mask=live[:, None], other=0.0)
-        if not DOT:
-            s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], 2)
-        elif IEEE:
+        if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(k))
@@ -173,9 +168,7 @@ def _attn_split_kernel(Q, KC, VC, SLOT, LENS, OP, LSE,
         alpha = tl.exp(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(VC + cache + offs[:, None] * stride_cl + od[None, :], mask=live[:, None], other=0.0)
-        if not DOT:
-            pv = tl.sum(p.to(v.dtype).to(tl.float32)[:, :, None] * v.to(tl.float32)[None, :, :], 1)
-        elif IEEE:
+        if IEEE:
             pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
         else:
             pv = tl.dot(p.to(v.dtype), v)
@@ -218,8 +211,7 @@ def attention(q, k_cache, v_cache, slots, lengths, kv_len, scale):
         q, k_cache, v_cache, slots, lengths, partial, lse,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(2), k_cache.stride(1),
         partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1), scale,
-        G=group, BG=max(16 if ATTN_DOT else 1, triton.next_power_of_2(group)), D=d, BN=BLOCK_N, CHUNK=SPLIT,
-        IEEE=ieee, DOT=ATTN_DOT,
+        G=group, BG=max(16, triton.next_power_of_2(group)), D=d, BN=BLOCK_N, CHUNK=SPLIT, IEEE=ieee,
         num_warps=ATTN_WARPS, **({} if ATTN_STAGES is None else {"num_stages": ATTN_STAGES}))
     out = torch.empty_like(q)
     _attn_combine_kernel[(n, num_heads)](

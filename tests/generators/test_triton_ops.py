@@ -70,9 +70,7 @@ def test_qk_rope_store_writes_the_cache_where_the_torch_op_does(g, qk_norm):
 
 
 @kernel_test
-@pytest.mark.parametrize("dot", [True, False], ids=["tensor_cores", "cuda_cores"])
-def test_attention_reads_each_rows_live_prefix(g, dot, monkeypatch):
-    monkeypatch.setattr(triton_ops, "ATTN_DOT", dot)
+def test_attention_reads_each_rows_live_prefix(g):
     n, hq, hkv, d, slots, length = 5, 4, 2, 16, 3, 300  # 300 positions: three chunks of 128, the last partial
     q = randn(g, n, hq, d)
     k, v = randn(g, slots + 1, hkv, length, d), randn(g, slots + 1, hkv, length, d)

@@ -94,6 +94,7 @@ def timed(fn):
 
 
 def run_native(model, prompts, new: int, **knobs) -> dict:
+    """The engine's timed call after a warm-up (CUDA graph capture)."""
     engine = NativeEngine.from_model(model, None, seed=0, slots=len(prompts), max_len=len(prompts[0]) + new,
                                      eos_token_ids=[], **knobs)
     try:
@@ -101,7 +102,8 @@ def run_native(model, prompts, new: int, **knobs) -> dict:
         out, seconds = timed(lambda: asyncio.run(engine.generate(prompts, Sampling(max_new_tokens=new, seed=2))))
         result = {"seconds": seconds, "warmup_seconds": setup, "tokens": sum(len(g[0].token_ids) for g in out),
                   "stats": dict(engine.stats), "kernels": engine.runner.decoder.kernels.__name__,
-                  "cuda_graphs": engine.runner.cuda_graphs, "sync_every": engine.sync_every}
+                  "cuda_graphs": engine.runner.cuda_graphs, "sync_every": engine.sync_every,
+                  "lookahead": engine.lookahead}
         result["logprob_check"] = logprob_check(model, prompts[:4], [g[0] for g in out[:4]])
         return result
     finally:
@@ -455,6 +457,8 @@ def gpu(args) -> dict:
                         row.update(run_native(model, prompts, new))
                     elif name == "native_sync64":
                         row.update(run_native(model, prompts, new, sync_every=64))
+                    elif name == "native_no_lookahead":  # the host reads each chunk back before queuing the next
+                        row.update(run_native(model, prompts, new, lookahead=False))
                     elif name == "hf_eager":
                         row.update(run_hf(model, prompts, new, compiled=False))
                     elif name == "hf_compile":

@@ -15,6 +15,7 @@
 #   ga1_seq      + algorithm.max_policy_age=0: rollouts and training take turns (on-policy), no overlap
 #   ga1_lowprio  + generator.high_priority=false: the generator's decode on a normal-priority stream
 #   hf_ga4       trainer=hf (transformers), grad_accum 4
+#   ga1_nolookahead  + generator.lookahead=false: the host reads each decode chunk back before queuing the next
 #   ga1_vllm     ga1 with generator=vllm (vLLM 0.26 in a process of its own, 30% of the GPU, an 8 GiB KV cache)
 #   base_ga4     ga4 with trainer.compile=true, run by the forge_exp installed at $BASE_SITE (an earlier commit,
 #                A/B in one call; before this change compile was off unless set)
@@ -31,10 +32,11 @@ declare -A VARIANTS=(
   [ga1_seq]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=0"
   [ga1_lowprio]="${TITAN[*]} algorithm.grad_accum=1 generator.high_priority=false"
   [hf_ga4]="trainer=hf algorithm.grad_accum=4"
+  [ga1_nolookahead]="${TITAN[*]} algorithm.grad_accum=1 generator.lookahead=false"
   [ga1_vllm]="${TITAN[*]} algorithm.grad_accum=1 generator=vllm generator.gpu_memory_utilization=0.3 generator.kv_cache_gib=8"
   [base_ga4]="${TITAN[*]} trainer.compile=true algorithm.grad_accum=4"
 )
-ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio hf_ga4 ga1_vllm base_ga4)
+ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_nolookahead hf_ga4 ga1_vllm base_ga4)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
 for tag in "${TAGS[@]}"; do

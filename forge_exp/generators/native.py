@@ -51,7 +51,8 @@ class _Row:
     request: _Request
     index: int  # prompt_index * n + sample_index
     prompt: list[int]
-    generated: int = 0  # tokens drawn, as of the last poll
+    generated: int = 0  # tokens drawn, as of the last chunk read back
+    queued: int = 0  # tokens it will have drawn (at most) once every chunk queued has run
     slot: int = -1
 
 
@@ -95,6 +96,7 @@ class NativeEngine:
         self.plain_reason = unsupported_reason(model)  # None: the native decoder runs this model
         on_gpu = self.device.type == "cuda"
         self.sync_every = knobs.sync_every or (16 if on_gpu else 1)
+        self.lookahead = knobs.lookahead if knobs.lookahead is not None else on_gpu
         if self.plain_reason is None:
             decoder = StaticDecoder(model, slots=self.slots, max_len=self.max_len, kernels=_kernels(self.device))
             self.runner = DecodeRunner(decoder, slots=self.slots, max_len=self.max_len, eos_ids=self.eos_ids,
@@ -106,8 +108,9 @@ class NativeEngine:
         self._active: dict[int, _Row] = {}
         self._taken: list[_Row] = []  # rows the worker took from the queue and has not yet placed or delivered
         self._free = list(range(self.slots - 1, -1, -1))
+        self._ahead = None  # (chunk, its rows): the chunk queued behind the one being read (lookahead)
         self._closed, self._error = False, None
-        self.stats = {"admitted": 0, "prefills": 0, "decode_steps": 0, "polls": 0}
+        self.stats = {"admitted": 0, "prefills": 0, "decode_steps": 0, "polls": 0, "ahead": 0}
         self._thread = threading.Thread(target=self._run, name="native-engine", daemon=True)
         self._thread.start()
 
@@ -252,7 +255,7 @@ class NativeEngine:
                 group, tokens = [], 0
             if row is None:
                 break
-            row.slot, row.generated = self._free.pop(), 1
+            row.slot, row.generated, row.queued = self._free.pop(), 1, 1
             self._active[row.slot] = row
             s = row.request.sampling
             group.append(Admit(row.slot, row.prompt, row_key(row.request.seed, row.index), s.temperature, s.top_p,
@@ -261,26 +264,45 @@ class NativeEngine:
         self.stats["admitted"] += len(rows)
 
     def _decode_chunk(self) -> None:
-        slots = sorted(self._active)
-        left = max(self._active[s].request.sampling.max_new_tokens - self._active[s].generated for s in slots)
-        steps = min(self.sync_every, left)
-        if steps > 0:
-            self.runner.decode(slots, steps)
-            self.stats["decode_steps"] += steps
+        """A chunk of sync_every decode steps over the active rows (or the one queued ahead), then the rows it finished
+        handed back. With `lookahead`, the next chunk is queued before this one is read, so the device never waits for
+        the host between chunks (a colocated trainer's thread may hold the GIL then); not while rows wait for a slot
+        or weights wait to be loaded, which go in between chunks."""
+        chunk, rows = self._ahead or self._launch()
+        self._ahead = None
+        if self.lookahead and not self._waiting and not self._weights:
+            self._ahead = self._launch(ahead=True)
+            self.stats["ahead"] += self._ahead is not None
         self.stats["polls"] += 1
         finished = []
-        for s, (done, generated) in zip(slots, self.runner.poll(slots)):
-            self._active[s].generated = generated
+        for s, row, (done, generated) in zip(chunk.slots, rows, self.runner.outcome(chunk)):
+            if self._active.get(s) is not row:
+                continue  # handed back after an earlier chunk: a done row the later one only carried along
+            row.generated = generated
             if done:
                 finished.append(s)
         if not finished:
             return
         lengths = [self._active[s].generated for s in finished]
-        for s, (tokens, logprobs) in zip(finished, self.runner.collect(finished, lengths)):
+        for s, (tokens, logprobs) in zip(finished, self.runner.completions(chunk, finished, lengths)):
             row = self._active.pop(s)
             self._free.append(s)
             reason = "eos" if tokens[-1] in self.eos_ids else "length"
             self._deliver(row, Generation(tokens, logprobs, reason))
+
+    def _launch(self, ahead: bool = False):
+        """Queue a chunk over the active rows: (chunk, its rows), or None for a chunk ahead that no row has room
+        for (every row reaches its max_new_tokens within the chunks already queued)."""
+        slots = sorted(self._active)
+        rows = [self._active[s] for s in slots]
+        left = max(r.request.sampling.max_new_tokens - r.queued for r in rows)
+        if ahead and left <= 0:
+            return None
+        steps = min(self.sync_every, max(left, 0))
+        for r in rows:
+            r.queued = min(r.queued + steps, r.request.sampling.max_new_tokens)
+        self.stats["decode_steps"] += steps
+        return self.runner.launch(slots, steps), rows
 
     def _plain_call(self) -> None:
         """Models the decoder does not cover: the head call's rows in one eager batch (no continuous batching)."""

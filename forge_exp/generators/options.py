@@ -49,6 +49,9 @@ class NativeKnobs(EngineOptions):
     # alone: the model's max positions, at most 1024
     max_len: Optional[int] = None
     sync_every: Optional[int] = None  # decode steps between host checks for finished rows; null: 16 on GPU, 1 on CPU
+    # queue the next chunk of sync_every steps before reading the last one back, so the GPU never waits for the host
+    # in between; null: on GPU (on CPU every step has run by the time it is queued: nothing to hide)
+    lookahead: Optional[bool] = None
     cuda_graphs: bool = True  # capture decode steps as CUDA graphs (GPU only)
     # decode on the GPU's highest-priority stream (GPU only): a trainer sharing the GPU (services=single_gpu) runs its
     # kernels in the gaps between the decode steps' instead of ahead of them

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import torch
 
 from forge_exp.generators.decoder import StaticDecoder
-from forge_exp.models.device import wait_for
 
 
 @dataclass
@@ -29,6 +28,18 @@ class Admit:
     temperature: float
     top_p: float
     max_new_tokens: int
+
+
+@dataclass
+class Chunk:
+    """Decode steps queued over `slots`, and the slots' state as the last of them left it: (done, step, tokens,
+    logprobs), copied to pinned host memory behind the steps on GPU (`ready` marks the copy done), cloned on CPU
+    (where every op has run by the time it returns)."""
+
+    slots: list[int]
+    steps: int
+    state: tuple[torch.Tensor, ...]  # done [S + 1], step [S + 1], out_tok / out_lp [S + 1, max_len]
+    ready: torch.cuda.Event | None = None
 
 
 def buckets(slots: int) -> list[int]:
@@ -70,6 +81,11 @@ class DecodeRunner:
         self._graphs: dict[tuple[int, bool, int], torch.cuda.CUDAGraph] = {}  # (bucket, top-p on, steps)
         self._ids: dict[int, torch.Tensor] = {}  # static slot-id buffer per bucket
         self._pool = None
+        # two pinned copies of the slots' state, one per chunk outstanding (the engine queues at most one ahead)
+        live = (self.done, self.step, self.out_tok, self.out_lp)
+        self._host = [tuple(torch.empty_like(t, device="cpu").pin_memory() for t in live) for _ in range(2)] \
+            if device.type == "cuda" else None
+        self._turn = 0
 
     def _record(self, logits: torch.Tensor, idx: torch.Tensor, truncate: bool) -> None:
         """Draw the next token of rows `idx` [B] from logits [B, V] and advance the live ones (device only)."""
@@ -122,6 +138,34 @@ class DecodeRunner:
             self.pos_host[r.slot] = n
         self._record(logits, idx, truncate=any(r.top_p < 1 for r in rows))
 
+    def launch(self, slots: list[int], steps: int) -> Chunk:
+        """Queue `steps` decode steps over `slots` and, behind them, the copy of every slot's state that `outcome`
+        reads: no host sync on GPU, so the engine can queue the next chunk before it looks at this one."""
+        self.decode(slots, steps)
+        live = (self.done, self.step, self.out_tok, self.out_lp)
+        if self._host is None:
+            return Chunk(list(slots), steps, tuple(t.clone() for t in live))
+        host, self._turn = self._host[self._turn], 1 - self._turn
+        for dst, src in zip(host, live):
+            dst.copy_(src, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return Chunk(list(slots), steps, host, ready)
+
+    @staticmethod
+    def outcome(chunk: Chunk) -> list[tuple[bool, int]]:
+        """(done, tokens drawn) of each slot of `chunk` after its steps: the one wait for the device."""
+        if chunk.ready is not None:
+            chunk.ready.synchronize()
+        done, step = chunk.state[0][chunk.slots].tolist(), chunk.state[1][chunk.slots].tolist()
+        return [(bool(d), s) for d, s in zip(done, step)]
+
+    @staticmethod
+    def completions(chunk: Chunk, slots: list[int], lengths: list[int]) -> list[tuple[list[int], list[float]]]:
+        """The tokens and logprobs of finished `slots` (of `chunk`, after `outcome`), `lengths` of each."""
+        tokens, logprobs = chunk.state[2], chunk.state[3]
+        return [(tokens[s, :n].tolist(), logprobs[s, :n].tolist()) for s, n in zip(slots, lengths)]
+
     def decode(self, slots: list[int], steps: int) -> None:
         """`steps` decode steps over `slots`, queued back to back (no host sync on GPU)."""
         truncate = any(self.top_p_host[s] < 1 for s in slots)
@@ -161,17 +205,3 @@ class DecodeRunner:
                 self._step(ids, truncate, None)
         self._graphs[(size, truncate, steps)] = graph
         return graph
-
-    def poll(self, slots: list[int]) -> list[tuple[bool, int]]:
-        """(done, tokens drawn) of each slot: the one host sync between chunks."""
-        wait_for(self.done)  # the chunk is done before any copy that would wait for it (models/device.py: why)
-        idx = torch.tensor(slots, device=self.device)
-        done, step = torch.stack([self.done[idx].long(), self.step[idx]]).tolist()
-        return [(bool(d), s) for d, s in zip(done, step)]
-
-    def collect(self, slots: list[int], lengths: list[int]) -> list[tuple[list[int], list[float]]]:
-        wait_for(self.out_tok)
-        idx = torch.tensor(slots, device=self.device)
-        width = max(lengths)
-        tokens, logprobs = self.out_tok[idx, :width].tolist(), self.out_lp[idx, :width].tolist()
-        return [(t[:n], lp[:n]) for t, lp, n in zip(tokens, logprobs, lengths)]

@@ -11,6 +11,8 @@ from tests.generators.helpers import (PROMPTS, TOK, assert_same, eager, encode, 
                                       tiny_llama, tiny_qwen2)
 
 ARCHS = {"qwen3": peaky_model, "llama": tiny_llama, "qwen2": tiny_qwen2}
+# lookahead: the next chunk queued before the last is read back (on by default on GPU; here chunks of 3 steps)
+LOOKAHEAD = pytest.mark.parametrize("knobs", [{}, {"lookahead": True, "sync_every": 3}], ids=["plain", "lookahead"])
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
@@ -57,7 +59,8 @@ def test_tiny_top_p_keeps_only_the_most_likely_token():
             assert torch.allclose(torch.tensor(n.logprobs), torch.tensor(g.logprobs), atol=1e-5)
 
 
-def test_continuous_batching_reuses_slots_and_keeps_every_row_exact():
+@LOOKAHEAD
+def test_continuous_batching_reuses_slots_and_keeps_every_row_exact(knobs):
     """Two slots, requests of different lengths submitted at once: short ones finish and free their slot for the
     next waiting row while long ones keep decoding; every row still equals its own eager reference."""
     model, reference = peaky_model(), peaky_model()
@@ -67,7 +70,7 @@ def test_continuous_batching_reuses_slots_and_keeps_every_row_exact():
     async def main(e):
         return await asyncio.gather(*(e.generate(prompts[i : i + 2], s) for i, s in enumerate(samplings)))
 
-    with engine(model, slots=2) as e:
+    with engine(model, slots=2, **knobs) as e:
         results = run(main(e))
         stats = dict(e.stats)
     for i, (got, s) in enumerate(zip(results, samplings)):
@@ -76,7 +79,8 @@ def test_continuous_batching_reuses_slots_and_keeps_every_row_exact():
     assert stats["admitted"] == 16 and stats["prefills"] >= 8  # 16 rows through 2 slots
 
 
-def test_rows_stop_at_eos_and_the_slot_moves_on():
+@LOOKAHEAD
+def test_rows_stop_at_eos_and_the_slot_moves_on(knobs):
     model = peaky_model(seed=3)
     prompts = encode(PROMPTS * 2)
     free = eager(peaky_model(seed=3), prompts, Sampling(max_new_tokens=12, seed=5), eos=-1)
@@ -84,8 +88,9 @@ def test_rows_stop_at_eos_and_the_slot_moves_on():
     rows = [set(g[0].token_ids) for g in free]
     eos = min(range(4, len(TOK)), key=lambda t: abs(sum(t in r for r in rows) - len(rows) / 2))
     sampling = Sampling(max_new_tokens=12, seed=5)
-    with engine(model, slots=3, eos_token_ids=[eos]) as e:
+    with engine(model, slots=3, eos_token_ids=[eos], **knobs) as e:
         got = run(e.generate(prompts, sampling))
+        assert (e.stats["ahead"] > 0) == bool(knobs)
     assert {g[0].stop_reason for g in got} == {"eos", "length"}
     assert_same(got, eager(peaky_model(seed=3), prompts, sampling, eos=eos))
     for g, f in zip(got, free):
@@ -93,7 +98,8 @@ def test_rows_stop_at_eos_and_the_slot_moves_on():
             assert g[0].token_ids == f[0].token_ids[: f[0].token_ids.index(eos) + 1]
 
 
-def test_concurrent_calls_are_batched_together_and_each_is_exact():
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_concurrent_calls_are_batched_together_and_each_is_exact(lookahead):
     model = peaky_model()
     prompts = encode(PROMPTS)
     calls = [Sampling(n=2, temperature=1.0, max_new_tokens=9, seed=21),
@@ -103,9 +109,10 @@ def test_concurrent_calls_are_batched_together_and_each_is_exact():
     async def main(e):
         return await asyncio.gather(*(e.generate(prompts, s) for s in calls))
 
-    with engine(model, slots=32, sync_every=4) as e:
+    with engine(model, slots=32, sync_every=4, lookahead=lookahead) as e:
         results = run(main(e))
         assert e.stats["prefills"] < 3  # calls that arrive together share prefills (and then decode steps)
+        assert (e.stats["ahead"] > 0) == lookahead
     for got, s in zip(results, calls):  # greedy ignores the seed: any will do for the reference
         assert_same(got, eager(peaky_model(), prompts, s if s.seed is not None else replace(s, seed=0)))
 
@@ -133,7 +140,8 @@ def test_load_weights_between_calls_gives_the_new_models_outputs():
 
 
 @pytest.mark.slow
-def test_load_weights_mid_flight_changes_the_rest_of_a_running_row():
+@LOOKAHEAD
+def test_load_weights_mid_flight_changes_the_rest_of_a_running_row(knobs):
     prompts, s = encode(PROMPTS[:2]), Sampling(n=2, max_new_tokens=120, seed=4)
     baseline = eager(_long(0), prompts, s)
     new = _long(1)
@@ -146,7 +154,7 @@ def test_load_weights_mid_flight_changes_the_rest_of_a_running_row():
         steps_at_load = e.stats["decode_steps"]
         return await task, steps_at_load
 
-    with engine(_long(0), max_len=128, eos_token_ids=[]) as e:
+    with engine(_long(0), max_len=128, eos_token_ids=[], **knobs) as e:
         got, steps_at_load = run(main(e))
     assert steps_at_load < 119  # the load landed while the rows were still running
     for gs, bs in zip(got, baseline):

@@ -100,7 +100,7 @@ class NativeEngine:
         if self.plain_reason is None:
             decoder = StaticDecoder(model, slots=self.slots, max_len=self.max_len, kernels=_kernels(self.device))
             self.runner = DecodeRunner(decoder, slots=self.slots, max_len=self.max_len, eos_ids=self.eos_ids,
-                                       cuda_graphs=knobs.cuda_graphs, chunk=self.sync_every)
+                                       cuda_graphs=knobs.cuda_graphs, chunk=self.sync_every, lookahead=self.lookahead)
         self._seed, self._calls = seed, 0
         self._cv = threading.Condition()
         self._waiting: deque[_Row] = deque()

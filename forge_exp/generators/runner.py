@@ -33,8 +33,9 @@ class Admit:
 @dataclass
 class Chunk:
     """Decode steps queued over `slots`, and the slots' state as the last of them left it: (done, step, tokens,
-    logprobs), copied to pinned host memory behind the steps on GPU (`ready` marks the copy done), cloned on CPU
-    (where every op has run by the time it returns)."""
+    logprobs), copied to pinned host memory behind the steps on GPU (`ready` marks the copy done); on CPU, where every
+    op has run by the time it returns, cloned when a later chunk may run before this one is read (lookahead), else the
+    live tensors."""
 
     slots: list[int]
     steps: int
@@ -53,9 +54,9 @@ def buckets(slots: int) -> list[int]:
 
 class DecodeRunner:
     def __init__(self, decoder: StaticDecoder, *, slots: int, max_len: int, eos_ids: tuple[int, ...],
-                 cuda_graphs: bool, chunk: int = 1) -> None:
+                 cuda_graphs: bool, chunk: int = 1, lookahead: bool = False) -> None:
         """`chunk`: the decode steps the engine usually runs between two polls (its sync_every); on GPU they are one
-        graph."""
+        graph. `lookahead`: the engine may queue a chunk before it reads the last one back."""
         self.decoder = decoder
         self.slots, self.max_len, self.scratch = slots, max_len, slots
         device = decoder.embed.device
@@ -76,7 +77,7 @@ class DecodeRunner:
         self.pos_host = [0] * n  # upper bound on each slot's position: the eager path reads only that much cache
         self.prefill_tokens = 0  # prompt tokens run through the model (repeats of a prompt are copied, not run)
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
-        self.chunk = chunk
+        self.chunk, self.lookahead = chunk, lookahead
         self._buckets = buckets(slots)
         self._graphs: dict[tuple[int, bool, int], torch.cuda.CUDAGraph] = {}  # (bucket, top-p on, steps)
         self._ids: dict[int, torch.Tensor] = {}  # static slot-id buffer per bucket
@@ -144,7 +145,7 @@ class DecodeRunner:
         self.decode(slots, steps)
         live = (self.done, self.step, self.out_tok, self.out_lp)
         if self._host is None:
-            return Chunk(list(slots), steps, tuple(t.clone() for t in live))
+            return Chunk(list(slots), steps, tuple(t.clone() for t in live) if self.lookahead else live)
         host, self._turn = self._host[self._turn], 1 - self._turn
         for dst, src in zip(host, live):
             dst.copy_(src, non_blocking=True)

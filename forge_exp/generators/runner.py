@@ -81,6 +81,7 @@ class DecodeRunner:
         self._buckets = buckets(slots)
         self._graphs: dict[tuple[int, bool, int], torch.cuda.CUDAGraph] = {}  # (bucket, top-p on, steps)
         self._ids: dict[int, torch.Tensor] = {}  # static slot-id buffer per bucket
+        self._ids_now: dict[int, list[int]] = {}  # what each buffer holds, as last copied
         self._pool = None
         # two pinned copies of the slots' state, one per chunk outstanding (the engine queues at most one ahead)
         live = (self.done, self.step, self.out_tok, self.out_lp)
@@ -174,8 +175,12 @@ class DecodeRunner:
             size = next(b for b in self._buckets if b >= len(slots))
             whole, rest = divmod(steps, self.chunk) if self.chunk > 1 else (0, steps)
             graphs = [self._graph(size, truncate, self.chunk)] * whole + [self._graph(size, truncate, 1)] * rest
-            # (captured first: capture fills the id buffer with the scratch slot)
-            self._ids[size].copy_(torch.tensor(slots + [self.scratch] * (size - len(slots))))
+            # (captured first: capture fills the id buffer with the scratch slot). A changed batch is one copy from
+            # pinned memory, queued behind the graphs before it: a pageable copy would wait for them on the host
+            ids = slots + [self.scratch] * (size - len(slots))
+            if self._ids_now.get(size) != ids:
+                self._ids[size].copy_(torch.tensor(ids).pin_memory(), non_blocking=True)
+                self._ids_now[size] = ids
             for graph in graphs:
                 graph.replay()
         else:
@@ -195,6 +200,7 @@ class DecodeRunner:
             self._pool = torch.cuda.graph_pool_handle()
         ids = self._ids.setdefault(size, torch.empty(size, dtype=torch.long, device=self.device))
         ids.fill_(self.scratch)  # warm-up and capture rows all sit on the scratch slot: no state changes
+        self._ids_now.pop(size, None)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up: Triton compiles, cuBLAS picks its kernels, the allocator settles

@@ -2,7 +2,8 @@
 
 Everything a decode step needs lives in device tensors indexed by slot — the last token, its position, how many
 tokens the slot has drawn, whether it is done, its sampling parameters and noise key, and its output so far — so k
-steps run back to back with no host sync; the host looks (`poll`) only between chunks of steps. A step over a batch
+steps run back to back with no host sync; the host reads a chunk's outcome (`launch` queues the steps and a copy of
+the state behind them, `outcome` waits for that copy), and may queue the next chunk before it does. A step over a batch
 of B slots is one function of a static slot-id buffer, captured once per (batch bucket, top-p on/off) as a CUDA
 graph, and a whole chunk of `chunk` steps as one more, so the host launches one graph per chunk (and a thread that
 shares the process, a colocated trainer, holds the GIL between them without holding up the decode); padding rows

@@ -85,10 +85,14 @@ class DecodeRunner:
         self._ids_now: dict[int, list[int]] = {}  # what each buffer holds, as last copied
         self._pool = None
         # two pinned copies of the slots' state, one per chunk outstanding (the engine queues at most one ahead)
-        live = (self.done, self.step, self.out_tok, self.out_lp)
-        self._host = [tuple(torch.empty_like(t, device="cpu").pin_memory() for t in live) for _ in range(2)] \
+        self._host = [tuple(torch.empty_like(t, device="cpu").pin_memory() for t in self._state) for _ in range(2)] \
             if device.type == "cuda" else None
         self._turn = 0
+
+    @property
+    def _state(self) -> tuple[torch.Tensor, ...]:
+        """What a chunk's outcome reads (Chunk.state): done, step, out_tok, out_lp."""
+        return self.done, self.step, self.out_tok, self.out_lp
 
     def _record(self, logits: torch.Tensor, idx: torch.Tensor, truncate: bool) -> None:
         """Draw the next token of rows `idx` [B] from logits [B, V] and advance the live ones (device only)."""
@@ -145,7 +149,7 @@ class DecodeRunner:
         """Queue `steps` decode steps over `slots` and, behind them, the copy of every slot's state that `outcome`
         reads: no host sync on GPU, so the engine can queue the next chunk before it looks at this one."""
         self.decode(slots, steps)
-        live = (self.done, self.step, self.out_tok, self.out_lp)
+        live = self._state
         if self._host is None:
             return Chunk(list(slots), steps, tuple(t.clone() for t in live) if self.lookahead else live)
         host, self._turn = self._host[self._turn], 1 - self._turn

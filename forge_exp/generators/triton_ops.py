@@ -34,6 +34,16 @@ SAMPLE_BLOCK = 8192  # vocabulary columns a sampling program reads at once
 SAMPLE_WARPS = 16
 # These launch settings are the fastest of benchmarks/generation.py --sweep on one H200 at batch 256 (attention
 # at ~65% of the copy bandwidth, the sampler 0.29 ms against the torch ops' 0.94 ms over [256, 151936] logits).
+# The FP8-weight GEMM of a decode step (`linear_fp8`, generator.quantization=fp8): each program reads a BLOCK_N-row
+# tile of the weight along a 1/FP8_SPLIT_K share of K for up to FP8_BLOCK_M rows of x. FP8_MAX_ROWS: the batch above
+# which the decoder takes F.linear over the dequantized weight instead (the GEMM stops being bound by its bytes).
+FP8_BLOCK_M = 32
+FP8_BLOCK_N = 32
+FP8_BLOCK_K = 256
+FP8_SPLIT_K = 1
+FP8_WARPS = 4
+FP8_STAGES = 4
+FP8_MAX_ROWS = 64
 PACKED_PREFILL = True  # prefill takes prompts packed, no padding: each token is a row of `attention`
 SLOT_WINDOW = False  # attention indexes the cache by slot id itself
 
@@ -218,6 +228,53 @@ def attention(q, k_cache, v_cache, slots, lengths, kv_len, scale):
         partial, lse, out, partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
         out.stride(0), out.stride(1), NS=chunks, BS=max(2, triton.next_power_of_2(chunks)), D=d, num_warps=4)
     return out
+
+
+@triton.jit
+def _linear_fp8_kernel(X, W, S, B, Y, M, stride_x, stride_w, stride_y,
+                       N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                       SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+    # Programs along axis 0 share a weight tile (they differ in rows of x), so they run together and the tile is
+    # read from memory once. With SPLIT > 1 each program adds its share of K into float32 Y (zeroed by the caller).
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for i in range(tl.cdiv(K, BK * SPLIT)):
+        kk = (i * SPLIT + pid_k) * BK + rk
+        x = tl.load(X + rm[:, None] * stride_x + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        w = tl.load(W + rn[:, None] * stride_w + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
+        if IEEE:
+            acc += tl.dot(x, tl.trans(w.to(tl.float32)), input_precision="ieee")
+        else:
+            acc += tl.dot(x, tl.trans(w.to(x.dtype)))  # e4m3 values are exact in bf16 and fp16
+    acc = acc * tl.load(S + rn, mask=rn < N, other=0.0)[None, :]
+    if HAS_BIAS:
+        if pid_k == 0:
+            acc += tl.load(B + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    out = Y + rm[:, None] * stride_y + rn[None, :]
+    inside = (rm[:, None] < M) & (rn[None, :] < N)
+    if SPLIT == 1:
+        tl.store(out, acc.to(Y.dtype.element_ty), mask=inside)
+    else:
+        tl.atomic_add(out, acc, mask=inside)
+
+
+def linear_fp8(x, q, scale, bias):
+    m, k = x.shape
+    n = q.shape[0]
+    split = FP8_SPLIT_K
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device) if split == 1 else \
+        torch.zeros((m, n), dtype=torch.float32, device=x.device)
+    bm = min(FP8_BLOCK_M, max(16, triton.next_power_of_2(m)))
+    _linear_fp8_kernel[(triton.cdiv(m, bm), triton.cdiv(n, FP8_BLOCK_N), split)](
+        x, q, scale, bias, y, m, x.stride(0), q.stride(0), y.stride(0), N=n, K=k, BM=bm, BN=FP8_BLOCK_N,
+        BK=FP8_BLOCK_K, SPLIT=split, HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
+        num_warps=FP8_WARPS, num_stages=FP8_STAGES)
+    return y if split == 1 else y.to(x.dtype)
 
 
 @triton.jit

@@ -108,3 +108,16 @@ def test_sample_draws_the_torch_samplers_tokens(g, dtype):
         assert torch.equal(tok, tok0)
         assert (lp - lp0).abs().max() < 1e-5
     assert tok[1] < 7 and tok[4] == v - 1 and tok[2] == logits[2].float().argmax()
+
+
+@kernel_test
+@pytest.mark.parametrize("split", [1, 3])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_fp8_is_the_gemm_over_the_dequantized_weight(g, split, bias, monkeypatch):
+    monkeypatch.setattr(triton_ops, "FP8_SPLIT_K", split)
+    monkeypatch.setattr(triton_ops, "FP8_BLOCK_K", 64)  # K = 200: four blocks, the last partial
+    x, w = randn(g, 5, 200), randn(g, 40, 200)  # 40 outputs: two tiles of 32, the last partial
+    b = randn(g, 40) if bias else None
+    q, scale = ops.quantize_fp8(w)
+    assert q.dtype == torch.float8_e4m3fn and rel(ops.dequantize_fp8(q, scale, torch.float32), w) < 0.05
+    assert rel(triton_ops.linear_fp8(x, q, scale, b), ops.linear_fp8(x, q, scale, b)) < 1e-5

@@ -430,15 +430,20 @@ def sweep(model, bandwidth: float, batch: int, prompt: int, new: int) -> dict:
             "samplers": samplers, "engine": engine_runs}
 
 
-FP8_KNOBS = ("FP8_BLOCK_M", "FP8_BLOCK_N", "FP8_BLOCK_K", "FP8_SPLIT_K", "FP8_WARPS", "FP8_STAGES")
-FP8_SETTINGS = [(32, n, k, split, 4, stages) for n in (16, 32, 64) for k in (128, 256) for split in (1, 2, 4)
-                for stages in (3, 5)]
+FP8_KNOBS = ("FP8_BLOCK_M", "FP8_BLOCK_N", "FP8_BLOCK_K", "FP8_PROGRAMS", "FP8_WARPS", "FP8_STAGES")
+FP8_SETTINGS = [(64, n, k, programs, warps, stages) for n in (64, 128) for k in (128, 256) for programs in (132, 264)
+                for warps in (4, 8) for stages in (3, 4)]
+L2_BYTES = 2 * 50 * 2**20  # twice the H200's L2: a sweep's weights rotate through at least this many bytes
 
 
 def sweep_linear(model, bandwidth: float, batches=(32, 64, 128, 256)) -> dict:
     """A decode step's four GEMMs per layer at the model's shapes: cuBLAS over bf16 weights (F.linear), FP8 weights
     through `triton_ops.linear_fp8` at each launch setting (the fastest per shape), and cuBLAS's FP8 GEMM
-    (torch._scaled_mm, row-wise scales) with and without quantizing the activations first. Bytes: weight + x + y."""
+    (torch._scaled_mm, row-wise scales) with and without quantizing the activations first. Each timed call reads
+    the next of several copies of the weight, as a decode step reads each layer's own: the copies add up to more
+    than the L2 cache, so no call finds its weight there. Bytes: weight + x + y."""
+    import itertools
+
     from forge_exp.generators import ops, triton_ops
 
     cfg, dev = model.config, "cuda"
@@ -446,32 +451,34 @@ def sweep_linear(model, bandwidth: float, batches=(32, 64, 128, 256)) -> dict:
     shapes = {"qkv": ((cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * d, hidden),
               "o": (hidden, cfg.num_attention_heads * d), "gu": (2 * inter, hidden), "down": (hidden, inter)}
     default = {k: getattr(triton_ops, k) for k in FP8_KNOBS}
+    in_use = tuple(default[key] for key in FP8_KNOBS)
     g = torch.Generator(device=dev).manual_seed(0)
     out = {"shapes": {k: list(v) for k, v in shapes.items()}, "rows": []}
     best: dict[str, dict] = {}
-    for batch in batches:
-        for name, (n, k) in shapes.items():
-            w = torch.randn(n, k, generator=g, device=dev).to(torch.bfloat16) * 0.02
+    for name, (n, k) in shapes.items():
+        copies = max(4, -(-L2_BYTES // (n * k)))  # of the FP8 weight; the bf16 ones are twice the bytes
+        ws = [torch.randn(n, k, generator=g, device=dev).to(torch.bfloat16) * 0.02 for _ in range(copies)]
+        qs = [ops.quantize_fp8(w) for w in ws]
+        for batch in batches:
             x = torch.randn(batch, k, generator=g, device=dev).to(torch.bfloat16)
-            q, scale = ops.quantize_fp8(w)
-            want = ops.linear_fp8(x, q, scale, None).float()
+            want = ops.linear_fp8(x, *qs[0], None).float()
             io = 2 * batch * (n + k)
-            row = {"batch": batch, "gemm": name, "N": n, "K": k}
-            ms = _device_ms(lambda: torch.nn.functional.linear(x, w))
+            row = {"batch": batch, "gemm": name, "N": n, "K": k, "weight_copies": copies}
+            w_next, q_next = itertools.cycle(ws).__next__, itertools.cycle(qs).__next__
+            ms = _device_ms(lambda: torch.nn.functional.linear(x, w_next()))
             row["bf16"] = {"ms": ms, "of_bandwidth": (2 * n * k + io) / (ms / 1e3) / bandwidth}
-            in_use = tuple(default[key] for key in FP8_KNOBS)
             if batch == batches[0]:
                 settings = FP8_SETTINGS
-            else:  # the fastest at the first batch, the one in use, and each with larger row blocks
-                settings = list(dict.fromkeys([tuple(best[name]["setting"]), in_use] + [
-                    (bm, *s[1:]) for s in (tuple(best[name]["setting"]), in_use) for bm in (64, 128) if bm <= batch]))
+            else:  # the fastest at the first batch and the one in use, each with row blocks up to the batch
+                settings = list(dict.fromkeys((bm, *s[1:]) for s in (tuple(best[name]["setting"]), in_use)
+                                              for bm in (32, 64, 128) if bm <= batch))
             tried = []
             for setting in settings:
                 for key, v in zip(FP8_KNOBS, setting):
                     setattr(triton_ops, key, v)
                 try:
-                    err = float((triton_ops.linear_fp8(x, q, scale, None).float() - want).norm() / want.norm())
-                    t = _device_ms(lambda: triton_ops.linear_fp8(x, q, scale, None))
+                    err = float((triton_ops.linear_fp8(x, *qs[0], None).float() - want).norm() / want.norm())
+                    t = _device_ms(lambda: triton_ops.linear_fp8(x, *q_next(), None))
                     tried.append({"setting": list(setting), "ms": t, "rel_err": err,
                                   "of_bandwidth": (n * k + io) / (t / 1e3) / bandwidth})
                 except Exception as error:  # a setting the compiler refuses is skipped
@@ -486,29 +493,31 @@ def sweep_linear(model, bandwidth: float, batches=(32, 64, 128, 256)) -> dict:
                 xs = x.float().abs().amax(1, keepdim=True).clamp(min=1e-12) / ops.FP8_MAX
                 return (x.float() / xs).to(ops.FP8), xs
 
-            def scaled_mm(x8, xs, q=q, scale=scale):
+            def scaled_mm(x8, xs, weight=None):
+                q, scale = weight or q_next()
                 return torch._scaled_mm(x8, q.t(), scale_a=xs, scale_b=scale[None], out_dtype=torch.bfloat16)
 
             try:
                 x8, xs = quantized()
-                mm = lambda: scaled_mm(x8, xs)  # noqa: E731
-                full = lambda: scaled_mm(*quantized())  # noqa: E731
-                err = float((mm().float() - want).norm() / want.norm())
-                row["fp8_scaled_mm"] = {"ms": _device_ms(mm), "with_activation_quant_ms": _device_ms(full),
+                err = float((scaled_mm(x8, xs, qs[0]).float() - want).norm() / want.norm())
+                row["fp8_scaled_mm"] = {"ms": _device_ms(lambda: scaled_mm(x8, xs)),
+                                        "with_activation_quant_ms": _device_ms(lambda: scaled_mm(*quantized())),
                                         "rel_err": err}
             except Exception as error:
                 row["fp8_scaled_mm"] = {"status": f"failed: {type(error).__name__}: {error}"[:300]}
             out["rows"].append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "fp8_triton"}),
                   json.dumps(row["fp8_triton"]["fastest"][:1]), flush=True)
+        del ws, qs
+        torch.cuda.empty_cache()
     for key, v in default.items():
         setattr(triton_ops, key, v)
     layers = cfg.num_hidden_layers
     out["per_decode_step_ms"] = {
         batch: {"bf16": layers * sum(r["bf16"]["ms"] for r in rows),
                 "fp8_triton_fastest": layers * sum(r["fp8_triton"]["fastest"][0]["ms"] for r in rows),
-                "fp8_triton_in_use": layers * sum(r["fp8_triton"]["in_use"][0]["ms"] for r in rows
-                                                  if r["fp8_triton"]["in_use"]) or None}
+                "fp8_triton_in_use": layers * sum(r["fp8_triton"]["in_use"][0]["ms"] for r in rows)
+                if all(r["fp8_triton"]["in_use"] for r in rows) else None}
         for batch in batches for rows in [[r for r in out["rows"] if r["batch"] == batch]]}
     print("per decode step (ms)", json.dumps(out["per_decode_step_ms"]), flush=True)
     return out

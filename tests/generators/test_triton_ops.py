@@ -111,12 +111,14 @@ def test_sample_draws_the_torch_samplers_tokens(g, dtype):
 
 
 @kernel_test
-@pytest.mark.parametrize("split", [1, 3])
+@pytest.mark.parametrize("programs", [1, 8])  # K in one share, or split in four (four K blocks, two output tiles)
 @pytest.mark.parametrize("bias", [False, True])
-def test_linear_fp8_is_the_gemm_over_the_dequantized_weight(g, split, bias, monkeypatch):
-    monkeypatch.setattr(triton_ops, "FP8_SPLIT_K", split)
+def test_linear_fp8_is_the_gemm_over_the_dequantized_weight(g, programs, bias, monkeypatch):
+    monkeypatch.setattr(triton_ops, "FP8_PROGRAMS", programs)
     monkeypatch.setattr(triton_ops, "FP8_BLOCK_K", 64)  # K = 200: four blocks, the last partial
-    x, w = randn(g, 5, 200), randn(g, 40, 200)  # 40 outputs: two tiles of 32, the last partial
+    monkeypatch.setattr(triton_ops, "FP8_BLOCK_N", 32)  # 40 outputs: two tiles, the last partial
+    monkeypatch.setattr(triton_ops, "FP8_BLOCK_M", 16)  # 20 rows: two row blocks, the last partial
+    x, w = randn(g, 20, 200), randn(g, 40, 200)
     b = randn(g, 40) if bias else None
     q, scale = ops.quantize_fp8(w)
     assert q.dtype == torch.float8_e4m3fn and rel(ops.dequantize_fp8(q, scale, torch.float32), w) < 0.05

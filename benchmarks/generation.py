@@ -111,18 +111,6 @@ def run_native(model, prompts, new: int, **knobs) -> dict:
         torch.cuda.empty_cache()
 
 
-def run_native_fp8(model, prompts, new: int) -> dict:
-    """run_native with quantization=fp8; the engine overwrites the model's GEMM weights with their FP8 values, so
-    they are saved first and put back after (the logprob check compares against the FP8 model, as it should)."""
-    saved = {k: v.clone() for k, v in model.state_dict().items()}
-    try:
-        return run_native(model, prompts, new, quantization="fp8")
-    finally:
-        model.load_state_dict(saved)
-        del saved
-        torch.cuda.empty_cache()
-
-
 @torch.no_grad()
 def logprob_check(model, prompts, generations, upto: int = 64) -> dict:
     """The engine's behaviour logprobs against an HF forward over prompt + sampled tokens (bf16: ~1e-2 apart)."""
@@ -255,8 +243,6 @@ def checks(device: str) -> dict:
         a = [mod.attention(q[0], *caches[0], slot, lens, None, d**-0.5) for mod in (ops, triton_ops)]
         gu = r(n, 2 * 6144)
         s = [mod.silu_mul(gu) for mod in (ops, triton_ops)]
-        w8 = ops.quantize_fp8(r(1024, 2048))
-        lin = [mod.linear_fp8(x, *w8, None) for mod in (ops, triton_ops)]
         logits, keys = r(n, 151936) * 3, torch.arange(n, device=device) * 7919
         temp = torch.rand(n, generator=g, device=device).masked_fill(torch.arange(n, device=device) % 5 == 0, 0.0)
         drawn = [mod.sample(logits, temp, torch.ones(n, device=device), keys, torch.full((n,), 3, device=device),
@@ -264,41 +250,36 @@ def checks(device: str) -> dict:
         out[str(dtype)] = {"add_rms_norm": rel(y[1][0], y[0][0]), "residual": rel(y[1][1], y[0][1]),
                            "qk_rope": rel(q[1], q[0]), "k_cache": rel(written[1][0], written[0][0]),
                            "v_cache": rel(written[1][1], written[0][1]), "attention": rel(a[1], a[0]),
-                           "silu_mul": rel(s[1], s[0]), "linear_fp8": rel(lin[1], lin[0]),
+                           "silu_mul": rel(s[1], s[0]),
                            "sample_tokens_differing": int((drawn[1][0] != drawn[0][0]).sum()),
                            "sample_logprob_max_diff": float((drawn[1][1] - drawn[0][1]).abs().max())}
-    for quantization in ("none", "fp8"):  # fp8: the reference is the model holding the FP8 weights (decoder.py)
-        model = qwen3(vocab_size=512, hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4, head_dim=32,
-                      intermediate_size=512, max_position_embeddings=256, pad_id=0, bos_id=1, eos_id=2, seed=0)
-        with torch.no_grad():  # large weights: peaked next-token distributions, so float noise cannot flip a draw
-            for p in model.parameters():
-                if p.dim() == 2:
-                    p.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(p.numel()))
-        model = model.to(device).eval()
-        rows = [[1] + torch.randint(3, 512, (int(k),), generator=g, device=device).tolist()
-                for k in torch.randint(3, 40, (12,), generator=g, device=device)]
-        mismatched, worst = 0, 0.0
-        engine = NativeEngine.from_model(model, None, seed=0, slots=4, max_len=128, eos_token_ids=[2], sync_every=4,
-                                         quantization=quantization)
-        try:
-            for sampling in (Sampling(n=2, max_new_tokens=30, seed=3),
-                             Sampling(n=1, top_p=0.9, max_new_tokens=20, seed=4),
-                             Sampling(n=1, temperature=0.0, max_new_tokens=25)):
-                got = asyncio.run(engine.generate(rows, sampling))
-                want = generate(model, [p for p in rows for _ in range(sampling.n)],
-                                max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-                                top_p=sampling.top_p, eos_id=2, pad_id=0,
-                                seed=sampling.seed if sampling.seed is not None else 0)
-                for gen, ref in zip([x for gs in got for x in gs], want):
-                    if gen.token_ids != ref.token_ids:
-                        mismatched += 1
-                    else:
-                        worst = max([worst] + [abs(a - b) for a, b in zip(gen.logprobs, ref.logprobs)])
-            key = "engine_vs_eager_fp32" if quantization == "none" else "engine_fp8_vs_eager_fp32"
-            out[key] = {"rows": 12 * 4, "mismatched_rows": mismatched, "max_logprob_diff": worst,
-                        "stats": dict(engine.stats)}
-        finally:
-            engine.close()
+    model = qwen3(vocab_size=512, hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4, head_dim=32,
+                  intermediate_size=512, max_position_embeddings=256, pad_id=0, bos_id=1, eos_id=2, seed=0)
+    with torch.no_grad():  # large weights: peaked next-token distributions, so float noise cannot flip a draw
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(p.numel()))
+    model = model.to(device).eval()
+    rows = [[1] + torch.randint(3, 512, (int(k),), generator=g, device=device).tolist()
+            for k in torch.randint(3, 40, (12,), generator=g, device=device)]
+    mismatched, worst = 0, 0.0
+    engine = NativeEngine.from_model(model, None, seed=0, slots=4, max_len=128, eos_token_ids=[2], sync_every=4)
+    try:
+        for sampling in (Sampling(n=2, max_new_tokens=30, seed=3), Sampling(n=1, top_p=0.9, max_new_tokens=20, seed=4),
+                         Sampling(n=1, temperature=0.0, max_new_tokens=25)):
+            got = asyncio.run(engine.generate(rows, sampling))
+            want = generate(model, [p for p in rows for _ in range(sampling.n)], max_new_tokens=sampling.max_new_tokens,
+                            temperature=sampling.temperature, top_p=sampling.top_p, eos_id=2, pad_id=0,
+                            seed=sampling.seed if sampling.seed is not None else 0)
+            for gen, ref in zip([x for gs in got for x in gs], want):
+                if gen.token_ids != ref.token_ids:
+                    mismatched += 1
+                else:
+                    worst = max([worst] + [abs(a - b) for a, b in zip(gen.logprobs, ref.logprobs)])
+        out["engine_vs_eager_fp32"] = {"rows": 12 * 4, "mismatched_rows": mismatched, "max_logprob_diff": worst,
+                                       "stats": dict(engine.stats)}
+    finally:
+        engine.close()
     return out
 
 
@@ -430,99 +411,6 @@ def sweep(model, bandwidth: float, batch: int, prompt: int, new: int) -> dict:
             "samplers": samplers, "engine": engine_runs}
 
 
-FP8_KNOBS = ("FP8_BLOCK_M", "FP8_BLOCK_N", "FP8_BLOCK_K", "FP8_PROGRAMS", "FP8_WARPS", "FP8_STAGES")
-FP8_SETTINGS = [(64, n, k, programs, warps, stages) for n in (64, 128) for k in (128, 256) for programs in (132, 264)
-                for warps in (4, 8) for stages in (3, 4)]
-L2_BYTES = 2 * 50 * 2**20  # twice the H200's L2: a sweep's weights rotate through at least this many bytes
-
-
-def sweep_linear(model, bandwidth: float, batches=(32, 64, 128, 256)) -> dict:
-    """A decode step's four GEMMs per layer at the model's shapes: cuBLAS over bf16 weights (F.linear), FP8 weights
-    through `triton_ops.linear_fp8` at each launch setting (the fastest per shape), and cuBLAS's FP8 GEMM
-    (torch._scaled_mm, row-wise scales) with and without quantizing the activations first. Each timed call reads
-    the next of several copies of the weight, as a decode step reads each layer's own: the copies add up to more
-    than the L2 cache, so no call finds its weight there. Bytes: weight + x + y."""
-    import itertools
-
-    from forge_exp.generators import ops, triton_ops
-
-    cfg, dev = model.config, "cuda"
-    hidden, d, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
-    shapes = {"qkv": ((cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * d, hidden),
-              "o": (hidden, cfg.num_attention_heads * d), "gu": (2 * inter, hidden), "down": (hidden, inter)}
-    default = {k: getattr(triton_ops, k) for k in FP8_KNOBS}
-    in_use = tuple(default[key] for key in FP8_KNOBS)
-    g = torch.Generator(device=dev).manual_seed(0)
-    out = {"shapes": {k: list(v) for k, v in shapes.items()}, "rows": []}
-    best: dict[str, dict] = {}
-    for name, (n, k) in shapes.items():
-        copies = max(4, -(-L2_BYTES // (n * k)))  # of the FP8 weight; the bf16 ones are twice the bytes
-        ws = [torch.randn(n, k, generator=g, device=dev).to(torch.bfloat16) * 0.02 for _ in range(copies)]
-        qs = [ops.quantize_fp8(w) for w in ws]
-        for batch in batches:
-            x = torch.randn(batch, k, generator=g, device=dev).to(torch.bfloat16)
-            want = ops.linear_fp8(x, *qs[0], None).float()
-            io = 2 * batch * (n + k)
-            row = {"batch": batch, "gemm": name, "N": n, "K": k, "weight_copies": copies}
-            w_next, q_next = itertools.cycle(ws).__next__, itertools.cycle(qs).__next__
-            ms = _device_ms(lambda: torch.nn.functional.linear(x, w_next()))
-            row["bf16"] = {"ms": ms, "of_bandwidth": (2 * n * k + io) / (ms / 1e3) / bandwidth}
-            if batch == batches[0]:
-                settings = FP8_SETTINGS
-            else:  # the fastest at the first batch and the one in use, each with row blocks up to the batch
-                settings = list(dict.fromkeys((bm, *s[1:]) for s in (tuple(best[name]["setting"]), in_use)
-                                              for bm in (32, 64, 128) if bm <= batch))
-            tried = []
-            for setting in settings:
-                for key, v in zip(FP8_KNOBS, setting):
-                    setattr(triton_ops, key, v)
-                try:
-                    err = float((triton_ops.linear_fp8(x, *qs[0], None).float() - want).norm() / want.norm())
-                    t = _device_ms(lambda: triton_ops.linear_fp8(x, *q_next(), None))
-                    tried.append({"setting": list(setting), "ms": t, "rel_err": err,
-                                  "of_bandwidth": (n * k + io) / (t / 1e3) / bandwidth})
-                except Exception as error:  # a setting the compiler refuses is skipped
-                    tried.append({"setting": list(setting), "status": f"failed: {type(error).__name__}"[:200]})
-            timed_ = sorted([t for t in tried if "ms" in t], key=lambda t: t["ms"])
-            if batch == batches[0]:
-                best[name] = timed_[0]
-            row["fp8_triton"] = {"fastest": timed_[:3], "in_use": [t for t in tried if t["setting"] == list(in_use)],
-                                 "settings": len(tried)}
-
-            def quantized(x=x):  # activations as float8 with one scale per row (what _scaled_mm takes)
-                xs = x.float().abs().amax(1, keepdim=True).clamp(min=1e-12) / ops.FP8_MAX
-                return (x.float() / xs).to(ops.FP8), xs
-
-            def scaled_mm(x8, xs, weight=None):
-                q, scale = weight or q_next()
-                return torch._scaled_mm(x8, q.t(), scale_a=xs, scale_b=scale[None], out_dtype=torch.bfloat16)
-
-            try:
-                x8, xs = quantized()
-                err = float((scaled_mm(x8, xs, qs[0]).float() - want).norm() / want.norm())
-                row["fp8_scaled_mm"] = {"ms": _device_ms(lambda: scaled_mm(x8, xs)),
-                                        "with_activation_quant_ms": _device_ms(lambda: scaled_mm(*quantized())),
-                                        "rel_err": err}
-            except Exception as error:
-                row["fp8_scaled_mm"] = {"status": f"failed: {type(error).__name__}: {error}"[:300]}
-            out["rows"].append(row)
-            print(json.dumps({k: v for k, v in row.items() if k != "fp8_triton"}),
-                  json.dumps(row["fp8_triton"]["fastest"][:1]), flush=True)
-        del ws, qs
-        torch.cuda.empty_cache()
-    for key, v in default.items():
-        setattr(triton_ops, key, v)
-    layers = cfg.num_hidden_layers
-    out["per_decode_step_ms"] = {
-        batch: {"bf16": layers * sum(r["bf16"]["ms"] for r in rows),
-                "fp8_triton_fastest": layers * sum(r["fp8_triton"]["fastest"][0]["ms"] for r in rows),
-                "fp8_triton_in_use": layers * sum(r["fp8_triton"]["in_use"][0]["ms"] for r in rows)
-                if all(r["fp8_triton"]["in_use"] for r in rows) else None}
-        for batch in batches for rows in [[r for r in out["rows"] if r["batch"] == batch]]}
-    print("per decode step (ms)", json.dumps(out["per_decode_step_ms"]), flush=True)
-    return out
-
-
 def gpu(args) -> dict:
     device = "cuda"
     t_start = time.perf_counter()
@@ -545,8 +433,6 @@ def gpu(args) -> dict:
         print("checks", json.dumps(result["checks"]), flush=True)
     model = qwen3_1_7b(device)
     result["model"] = {"parameters": sum(p.numel() for p in model.parameters()), "dtype": "bfloat16"}
-    if args.sweep_linear:
-        result["sweep_linear"] = sweep_linear(model, bandwidth)
     if args.sweep:
         result["sweep"] = [sweep(model, bandwidth, *shape) for shape in SHAPES]
         for shape in result["sweep"]:
@@ -571,8 +457,6 @@ def gpu(args) -> dict:
                         row.update(run_native(model, prompts, new))
                     elif name == "native_sync64":
                         row.update(run_native(model, prompts, new, sync_every=64))
-                    elif name == "native_fp8":  # decode GEMMs over FP8 weights (generator.quantization=fp8)
-                        row.update(run_native_fp8(model, prompts, new))
                     elif name == "native_no_lookahead":  # the host reads each chunk back before queuing the next
                         row.update(run_native(model, prompts, new, lookahead=False))
                     elif name == "hf_eager":
@@ -656,8 +540,6 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=480.0, help="skip engines that would not fit")
     parser.add_argument("--skip-checks", action="store_true")
     parser.add_argument("--sweep", action="store_true", help="the decode kernels' launch settings, then stop")
-    parser.add_argument("--sweep-linear", action="store_true",
-                        help="first the decode GEMMs: bf16 against FP8 weights at each launch setting")
     parser.add_argument("--cpu-tiny", action="store_true")
     parser.add_argument("--baseline-rev", default=None)
     parser.add_argument("--repeats", type=int, default=15)

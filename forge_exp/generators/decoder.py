@@ -9,12 +9,6 @@ no shape of a decode step depends on data (it can be captured in a CUDA graph).
 Fused weights: q/k/v, gate/up and the two q/k norms are each concatenated into one buffer, and the HF parameters
 become views into it. One GEMM reads them, and a copy into an HF parameter (load_weights) updates what it reads.
 The decoder therefore takes over the storage of the model it is given: build one decoder per model.
-
-FP8 (`quantization="fp8"`): the four GEMM weights of every layer also get a float8 e4m3 copy with one scale per
-output row (ops.quantize_fp8), and decode steps of at most `kernels.FP8_MAX_ROWS` rows read that copy: half the
-bytes of the step's largest reads. The model's own weights are overwritten with the dequantized values, so a
-prefill, a larger batch and the eager model all compute with the weights the FP8 steps use. `requantize()` redoes
-both after new weights are copied in. The embedding, the LM head and the norms stay in the model dtype.
 """
 
 from __future__ import annotations
@@ -23,8 +17,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-
-from forge_exp.generators.ops import dequantize_fp8, quantize_fp8
 
 SUPPORTED = ("qwen3", "llama", "qwen2")
 
@@ -69,14 +61,10 @@ class _Layer:
     gu_b: torch.Tensor | None
     down_w: torch.Tensor  # [H, I]
     down_b: torch.Tensor | None
-    fp8: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None  # GEMM name -> (float8 weight, row scales)
-
-    GEMMS = ("qkv", "o", "gu", "down")
 
 
 class StaticDecoder:
-    def __init__(self, model: torch.nn.Module, *, slots: int, max_len: int, kernels, quantization: str = "none"
-                 ) -> None:
+    def __init__(self, model: torch.nn.Module, *, slots: int, max_len: int, kernels) -> None:
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"the native decoder cannot run this model: {reason}")
@@ -114,25 +102,6 @@ class StaticDecoder:
             positions = torch.arange(max_len, device=weight.device)[None]
             cos, sin = inner.rotary_emb(torch.zeros(1, dtype=weight.dtype, device=weight.device), positions)
         self.cos, self.sin = cos[0].contiguous(), sin[0].contiguous()  # [max_len, D]
-        self.fp8 = quantization == "fp8"
-        if self.fp8:
-            for layer in self.layers:
-                layer.fp8 = {name: quantize_fp8(getattr(layer, f"{name}_w")) for name in _Layer.GEMMS}
-            self.requantize()
-
-    @torch.no_grad()
-    def requantize(self) -> None:
-        """After new weights: the FP8 copies again (in place: CUDA graphs hold them), and the model's weights set to
-        what the copies hold."""
-        if not self.fp8:
-            return
-        for layer in self.layers:
-            for name, (q, scale) in layer.fp8.items():
-                weight = getattr(layer, f"{name}_w")
-                q_new, scale_new = quantize_fp8(weight)
-                q.copy_(q_new)
-                scale.copy_(scale_new)
-                weight.copy_(dequantize_fp8(q, scale, weight.dtype))
 
     def prefill(self, prompts: list[list[int]], slots: torch.Tensor) -> torch.Tensor:
         """Write the K/V of every prompt into its slot [n]; return the logits [n, V] (model dtype) after each last token.
@@ -185,31 +154,24 @@ class StaticDecoder:
                                                               kv_len, self.scale)
         else:
             attend = lambda q, kc, vc: self.kernels.attention(q, kc, vc, slots, positions + 1, kv_len, self.scale)
-        fp8 = self.fp8 and len(tokens) <= self.kernels.FP8_MAX_ROWS
-        return self._forward(tokens, slots, positions, attend, None, fp8)
-
-    def _linear(self, x: torch.Tensor, layer: _Layer, name: str, fp8: bool) -> torch.Tensor:
-        bias = getattr(layer, f"{name}_b")
-        if fp8:
-            return self.kernels.linear_fp8(x, *layer.fp8[name], bias)
-        return F.linear(x, getattr(layer, f"{name}_w"), bias)
+        return self._forward(tokens, slots, positions, attend, None)
 
     @torch.no_grad()
-    def _forward(self, tokens, slots, positions, attend, last, fp8=False) -> torch.Tensor:
-        """The layers over N rows (token, slot, position each); `attend(q, k_cache, v_cache)` is the attention;
-        `fp8`: the GEMMs read the FP8 weights. Returns the logits of rows `last` (all rows when None)."""
-        k, linear = self.kernels, self._linear
+    def _forward(self, tokens, slots, positions, attend, last) -> torch.Tensor:
+        """The layers over N rows (token, slot, position each); `attend(q, k_cache, v_cache)` is the attention.
+        Returns the logits of rows `last` (all rows when None)."""
+        k = self.kernels
         x = F.embedding(tokens, self.embed)  # [N, H]
         cos, sin = self.cos[positions], self.sin[positions]  # [N, D]
         residual = None
         for i, layer in enumerate(self.layers):
             h, residual = k.add_rms_norm(x, residual, layer.ln1, self.eps)
-            qkv = linear(h, layer, "qkv", fp8)
+            qkv = F.linear(h, layer.qkv_w, layer.qkv_b)
             kc, vc = self.k_cache[i], self.v_cache[i]
             q = k.qk_rope_store(qkv, layer.qk_norm, self.eps, cos, sin, positions, slots, kc, vc, self.num_heads)
-            x = linear(attend(q, kc, vc).flatten(1), layer, "o", fp8)
+            x = F.linear(attend(q, kc, vc).flatten(1), layer.o_w, layer.o_b)
             h, residual = k.add_rms_norm(x, residual, layer.ln2, self.eps)
-            x = linear(k.silu_mul(linear(h, layer, "gu", fp8)), layer, "down", fp8)
+            x = F.linear(k.silu_mul(F.linear(h, layer.gu_w, layer.gu_b)), layer.down_w, layer.down_b)
         if last is not None:
             x, residual = x[last], residual[last]
         h, _ = k.add_rms_norm(x, residual, self.norm, self.eps)

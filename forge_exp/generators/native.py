@@ -29,7 +29,6 @@ from typing import Iterable
 
 import torch
 
-from forge_exp.choices import Quantization
 from forge_exp.generators.base import Generation, Sampling
 from forge_exp.generators.decoder import StaticDecoder, unsupported_reason
 from forge_exp.generators.options import NativeKnobs
@@ -95,15 +94,11 @@ class NativeEngine:
         self.pad_id = pad if pad is not None else (cfg.pad_token_id or 0)
         self._params = dict(model.named_parameters(remove_duplicate=False))
         self.plain_reason = unsupported_reason(model)  # None: the native decoder runs this model
-        if self.plain_reason is not None and knobs.quantization != "none":
-            raise ValueError(f"generator.quantization={Quantization(knobs.quantization).value} needs the native decoder, which "
-                             f"cannot run this model: {self.plain_reason}")
         on_gpu = self.device.type == "cuda"
         self.sync_every = knobs.sync_every or (16 if on_gpu else 1)
         self.lookahead = knobs.lookahead if knobs.lookahead is not None else on_gpu
         if self.plain_reason is None:
-            decoder = StaticDecoder(model, slots=self.slots, max_len=self.max_len, kernels=_kernels(self.device),
-                                    quantization=knobs.quantization)
+            decoder = StaticDecoder(model, slots=self.slots, max_len=self.max_len, kernels=_kernels(self.device))
             self.runner = DecodeRunner(decoder, slots=self.slots, max_len=self.max_len, eos_ids=self.eos_ids,
                                        cuda_graphs=knobs.cuda_graphs, chunk=self.sync_every, lookahead=self.lookahead)
         self._seed, self._calls = seed, 0
@@ -246,8 +241,6 @@ class NativeEngine:
         with torch.no_grad():
             for param, tensor in pending.pairs:
                 param.copy_(tensor)
-            if self.plain_reason is None:
-                self.runner.decoder.requantize()
         if self.device.type == "cuda":
             torch.cuda.current_stream().synchronize()  # the caller may reuse its buffers once we return
         pending.applied.set()

@@ -16,7 +16,6 @@ from forge_exp.models import sampling
 
 PACKED_PREFILL = False  # prefill takes prompts right-padded: one causal SDPA per layer (see decoder.prefill)
 SLOT_WINDOW = True  # attention also takes a view of consecutive slots (slots=None), which saves a gather per layer
-FP8_MAX_ROWS = 1 << 30  # every decode step takes linear_fp8 when the weights are quantized (the path tests compare)
 
 
 def add_rms_norm(
@@ -101,33 +100,6 @@ def prefill_attention(
     k, v = k_cache[slots, :, :width], v_cache[slots, :, :width]  # [n, Hkv, P, D]
     out = F.scaled_dot_product_attention(qs, k, v, is_causal=True, scale=scale, enable_gqa=True)
     return out.transpose(1, 2).reshape(-1, num_heads, d)
-
-
-FP8 = torch.float8_e4m3fn
-FP8_MAX = torch.finfo(FP8).max  # 448
-
-
-def quantize_fp8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A GEMM weight [N, K] as float8 e4m3 with one float32 scale per output row: (q [N, K], scale [N]), so that
-    weight ~ q * scale[:, None]; each row's largest magnitude maps to FP8_MAX. Applying it to its own dequantized
-    weight gives it back (the largest magnitude stays where it was)."""
-    amax = weight.detach().abs().amax(dim=1).float().clamp(min=1e-12)
-    scale = amax / FP8_MAX
-    return (weight.float() / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
-
-
-def dequantize_fp8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return (q.float() * scale[:, None]).to(dtype)
-
-
-def linear_fp8(
-    x: torch.Tensor,  # [N, K] in the model dtype
-    q: torch.Tensor,  # [M, K] float8 e4m3
-    scale: torch.Tensor,  # [M] float32
-    bias: torch.Tensor | None,  # [M] or None
-) -> torch.Tensor:
-    """`x @ (q * scale)^T + bias` in the model dtype: F.linear over the dequantized weight."""
-    return F.linear(x, dequantize_fp8(q, scale, x.dtype), bias)
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

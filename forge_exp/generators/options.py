@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import ClassVar, List, Optional
 
 from forge_exp.checks import at_least, within
-from forge_exp.choices import DType, InflightUpdate, Quantization
+from forge_exp.choices import DType, InflightUpdate
 
 
 @dataclass
@@ -57,10 +57,6 @@ class NativeKnobs(EngineOptions):
     # kernels in the gaps between the decode steps' instead of ahead of them
     high_priority: bool = True
     prefill_tokens: int = 8192  # prompt tokens per prefill forward (bounds its activation memory)
-    # fp8: decode steps read the layers' GEMM weights as float8 e4m3 with a scale per output row (half the bytes);
-    # the model computes with those weights everywhere, so its logprobs are the FP8 model's, which the trainer's
-    # differ from (mismatch/ metrics; algorithm.loss.rollout_correction corrects for it). Qwen3 / Llama / Qwen2 only
-    quantization: Quantization = Quantization.none
     eos_token_ids: Optional[List[int]] = None  # null: the tokenizer's EOS and the model's generation_config EOS
 
     ALONE_SLOTS: ClassVar[int] = 256

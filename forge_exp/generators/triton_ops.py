@@ -34,18 +34,6 @@ SAMPLE_BLOCK = 8192  # vocabulary columns a sampling program reads at once
 SAMPLE_WARPS = 16
 # These launch settings are the fastest of benchmarks/generation.py --sweep on one H200 at batch 256 (attention
 # at ~65% of the copy bandwidth, the sampler 0.29 ms against the torch ops' 0.94 ms over [256, 151936] logits).
-# The FP8-weight GEMM of a decode step (`linear_fp8`, generator.quantization=fp8). A program computes a tile of
-# FP8_BLOCK_N outputs for up to FP8_BLOCK_M rows over a share of K: K is split until the grid has FP8_PROGRAMS
-# programs (the small GEMMs of a decode step have too few output tiles to keep the memory busy), and the shares'
-# partial sums are added by a second launch. FP8_MAX_ROWS: the batch above which the decoder takes F.linear over the
-# dequantized weight instead (the GEMM stops being bound by its bytes).
-FP8_BLOCK_M = 64
-FP8_BLOCK_N = 128
-FP8_BLOCK_K = 128
-FP8_PROGRAMS = 132
-FP8_WARPS = 4
-FP8_STAGES = 4
-FP8_MAX_ROWS = 64
 PACKED_PREFILL = True  # prefill takes prompts packed, no padding: each token is a row of `attention`
 SLOT_WINDOW = False  # attention indexes the cache by slot id itself
 
@@ -230,72 +218,6 @@ def attention(q, k_cache, v_cache, slots, lengths, kv_len, scale):
         partial, lse, out, partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
         out.stride(0), out.stride(1), NS=chunks, BS=max(2, triton.next_power_of_2(chunks)), D=d, num_warps=4)
     return out
-
-
-@triton.jit
-def _linear_fp8_kernel(X, W, S, B, Y, P, M, stride_x, stride_w, stride_y,
-                       N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                       PER: tl.constexpr, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
-    # The weight is the dot's left operand: its tile is widened to the model dtype in registers, where the tensor
-    # cores take a left operand from, and x (a few rows) is the right one. acc is out^T: [BN outputs, BM rows].
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    pid_m = tl.program_id(2)
-    rn = pid_n * BN + tl.arange(0, BN)
-    rm = pid_m * BM + tl.arange(0, BM)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BN, BM), dtype=tl.float32)
-    for i in range(PER):
-        kk = (pid_k * PER + i) * BK + rk
-        w = tl.load(W + rn[:, None] * stride_w + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
-        x = tl.load(X + rm[:, None] * stride_x + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        if IEEE:
-            acc += tl.dot(w.to(tl.float32), tl.trans(x), input_precision="ieee")
-        else:
-            acc += tl.dot(w.to(x.dtype), tl.trans(x))  # e4m3 values are exact in bf16 and fp16
-    inside = (rn[:, None] < N) & (rm[None, :] < M)
-    if SPLIT == 1:
-        acc = acc * tl.load(S + rn, mask=rn < N, other=0.0)[:, None]
-        if HAS_BIAS:
-            acc += tl.load(B + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
-        tl.store(Y + rm[None, :] * stride_y + rn[:, None], acc.to(Y.dtype.element_ty), mask=inside)
-    else:  # this share's partial sum, [SPLIT, M, N] in float32
-        tl.store(P + (pid_k * M + rm[None, :]) * N + rn[:, None], acc, mask=inside)
-
-
-@triton.jit
-def _linear_fp8_sum_kernel(P, S, B, Y, M, stride_y, N: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
-                           HAS_BIAS: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    m = cols < N
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for k in range(SPLIT):  # in order: the same sum every time
-        acc += tl.load(P + (k * M + row) * N + cols, mask=m, other=0.0)
-    acc = acc * tl.load(S + cols, mask=m, other=0.0)
-    if HAS_BIAS:
-        acc += tl.load(B + cols, mask=m, other=0.0).to(tl.float32)
-    tl.store(Y + row * stride_y + cols, acc.to(Y.dtype.element_ty), mask=m)
-
-
-def linear_fp8(x, q, scale, bias):
-    m, k = x.shape
-    n = q.shape[0]
-    bm = min(FP8_BLOCK_M, max(16, triton.next_power_of_2(m)))
-    tiles, blocks = triton.cdiv(n, FP8_BLOCK_N), triton.cdiv(k, FP8_BLOCK_K)
-    want = max(1, min(blocks, FP8_PROGRAMS // tiles))
-    split = max(d for d in range(1, want + 1) if blocks % d == 0)  # every share the same number of K blocks
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    partial = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
-    _linear_fp8_kernel[(tiles, split, triton.cdiv(m, bm))](
-        x, q, scale, bias, y, partial, m, x.stride(0), q.stride(0), y.stride(0), N=n, K=k, BM=bm, BN=FP8_BLOCK_N,
-        BK=FP8_BLOCK_K, PER=blocks // split, SPLIT=split, HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
-        num_warps=FP8_WARPS, num_stages=FP8_STAGES)
-    if split > 1:
-        block = 1024
-        _linear_fp8_sum_kernel[(m, triton.cdiv(n, block))](partial, scale, bias, y, m, y.stride(0), N=n, SPLIT=split,
-                                                           BLOCK=block, HAS_BIAS=bias is not None, num_warps=4)
-    return y
 
 
 @triton.jit

@@ -108,18 +108,3 @@ def test_sample_draws_the_torch_samplers_tokens(g, dtype):
         assert torch.equal(tok, tok0)
         assert (lp - lp0).abs().max() < 1e-5
     assert tok[1] < 7 and tok[4] == v - 1 and tok[2] == logits[2].float().argmax()
-
-
-@kernel_test
-@pytest.mark.parametrize("programs", [1, 8])  # K in one share, or split in four (four K blocks, two output tiles)
-@pytest.mark.parametrize("bias", [False, True])
-def test_linear_fp8_is_the_gemm_over_the_dequantized_weight(g, programs, bias, monkeypatch):
-    monkeypatch.setattr(triton_ops, "FP8_PROGRAMS", programs)
-    monkeypatch.setattr(triton_ops, "FP8_BLOCK_K", 64)  # K = 200: four blocks, the last partial
-    monkeypatch.setattr(triton_ops, "FP8_BLOCK_N", 32)  # 40 outputs: two tiles, the last partial
-    monkeypatch.setattr(triton_ops, "FP8_BLOCK_M", 16)  # 20 rows: two row blocks, the last partial
-    x, w = randn(g, 20, 200), randn(g, 40, 200)
-    b = randn(g, 40) if bias else None
-    q, scale = ops.quantize_fp8(w)
-    assert q.dtype == torch.float8_e4m3fn and rel(ops.dequantize_fp8(q, scale, torch.float32), w) < 0.05
-    assert rel(triton_ops.linear_fp8(x, q, scale, b), ops.linear_fp8(x, q, scale, b)) < 1e-5

@@ -2,7 +2,8 @@
 
     rollouts  `async for batch in overlap.rollout_batches()`: a batch starts only while it is within
               max_policy_age versions of the weights the generators hold, and never during a checkpoint;
-              `overlap.added(...)` once its episodes are in the replay buffer
+              `overlap.land(coroutine)` finishes it (the reference pass, the replay buffer) while the next batch
+              generates, batches landing in order; `overlap.added(...)` once its episodes are in the buffer
     training  `async with overlap.running(rollouts)` runs them beside the steps;
               `async for step, episodes in overlap.training_batches()` takes each step's batch from the buffer (the
               next one while this step trains), and ends at a stop signal with a checkpoint of what is done;
@@ -53,30 +54,42 @@ class Changed:
 
 class Quiesce:
     """A moment with no rollout batch in flight, for a snapshot of the buffer and the prompt stream that agrees
-    with itself. Rollouts call `begin()` before a batch and `end()` after it has reached the buffer."""
+    with itself. Rollouts call `begin()` before a batch and `end()` after it has reached the buffer (a batch may
+    begin while the one before is still landing)."""
 
     def __init__(self) -> None:
         self._open = asyncio.Event()
         self._open.set()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._in_flight = 0
 
     async def begin(self) -> None:
         await self._open.wait()
+        self._in_flight += 1
         self._idle.clear()
 
     def end(self) -> None:
-        self._idle.set()
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
 
     @contextlib.asynccontextmanager
-    async def paused(self, rollout_task: asyncio.Task):
+    async def paused(self, *rollout_tasks: asyncio.Task | None):
         self._open.clear()
         try:
             idle = asyncio.ensure_future(self._idle.wait())
-            await asyncio.wait([idle, rollout_task], return_when=asyncio.FIRST_COMPLETED)
-            if not idle.done():
-                idle.cancel()
-                rollout_task.result()  # the rollouts failed: raise that
+            tasks = [t for t in rollout_tasks if t is not None]
+            while not idle.done():
+                running = [t for t in tasks if not t.done()]
+                for t in tasks:
+                    if t.done() and (t.cancelled() or t.exception() is not None):
+                        idle.cancel()
+                        t.result()  # the rollouts failed: raise that
+                if not running:  # the rollouts are over: nothing more will land
+                    idle.cancel()
+                    break
+                await asyncio.wait([idle, *running], return_when=asyncio.FIRST_COMPLETED)
             yield
         finally:
             self._open.set()
@@ -107,6 +120,8 @@ class Overlap:
             self.episodes_added = loop["episodes_added"]
             self.rollout_metrics.extend(loop["rollout_metrics"])
             self.samples = loop["samples"]
+        self.started = self.episodes_added // batch_episodes  # batches begun (landed, or still landing)
+        self.landing: asyncio.Task | None = None  # the newest batch's landing (`land`)
         self.task: asyncio.Task | None = None  # the rollouts
         self.taking: asyncio.Task | None = None  # the next step's batch, taken while this step trains
         self.t0 = self.wait = 0.0
@@ -114,18 +129,38 @@ class Overlap:
 
     # --- the rollouts' side
     async def rollout_batches(self):
-        """The index of each batch to make, once the policy-age bound allows it."""
+        """The index of each batch to make, once the policy-age bound allows it. A batch is in flight until
+        `added`: the next one may begin while it lands (`land`)."""
         while not self.done:
-            if self.episodes_added // self.n - self.published > self.max_age:
-                await self.changed.wait()  # for the next version
+            if self.landing is not None and self.landing.done():
+                self.landing.result()  # a landing that failed fails the rollouts
+            if self.started - self.published > self.max_age:
+                await self.changed.wait()  # for the next version (or a landing's failure)
                 continue
             await self.quiesce.begin()
-            yield self.episodes_added // self.n
-            self.quiesce.end()
+            self.started += 1
+            yield self.started - 1
+
+    def land(self, finish: Coroutine) -> None:
+        """Run `finish` (a batch's last part: it calls `added`) as a task while the next batch generates; it
+        starts now and waits for the batch before to land first, so batches reach the buffer in order."""
+
+        async def in_order(before: asyncio.Task | None) -> None:
+            if before is not None:
+                await before
+            await finish
+
+        def ended(_) -> None:
+            finish.close()  # (not started when the landing before failed or the run ended: no warning)
+            self.changed.notify()  # a failure wakes the waiting sides
+
+        self.landing = asyncio.ensure_future(in_order(self.landing))
+        self.landing.add_done_callback(ended)
 
     def added(self, episodes: int, metrics: dict[str, float], samples: list[dict]) -> None:
         """A batch's episodes are in the buffer: its rollout metrics and sample rows."""
         self.episodes_added += episodes
+        self.quiesce.end()
         self.changed.notify()
         self.rollout_metrics.append(metrics)
         self.samples += samples
@@ -145,8 +180,10 @@ class Overlap:
                 self.taking.cancel()
                 await asyncio.gather(self.taking, return_exceptions=True)
             self.steps.close()
-            self.task.cancel()  # a batch in flight is not waited for (a stop, a failure, or the last step)
-            await asyncio.gather(self.task, return_exceptions=True)
+            rollouts = [t for t in (self.task, self.landing) if t is not None]
+            for t in rollouts:  # a batch in flight is not waited for (a stop, a failure, or the last step)
+                t.cancel()
+            await asyncio.gather(*rollouts, return_exceptions=True)
 
     async def training_batches(self):
         """(step, its episodes) for every step; a stop signal between steps checkpoints what is done and raises
@@ -177,8 +214,9 @@ class Overlap:
                 episodes = await self.buffer.route().sample.call_one(self.n, step - 1)
                 if episodes is not None:
                     return episodes
-            if self.task.done():
-                self.task.result()  # re-raise the rollout failure
+            for t in (self.task, self.landing):
+                if t is not None and t.done():
+                    t.result()  # re-raise the rollout failure
             await self.changed.wait(timeout=STOP_POLL_S)  # for the next batch (and a look at the stop signal)
         return None
 
@@ -219,7 +257,7 @@ class Overlap:
     # --- checkpoints and stops
     async def snapshot(self) -> dict:
         """loop.json: what the loop has that the weights do not say, at a moment with no rollout batch in flight."""
-        async with self.quiesce.paused(self.task):
+        async with self.quiesce.paused(self.task, self.landing):
             return {
                 "dataset": await self.dataset.route().state.call_one(),
                 "buffer": await self.buffer.route().state.call_one(),

@@ -144,6 +144,77 @@ def test_a_batch_starts_only_within_max_policy_age_of_the_published_weights(tmp_
     assert [b for b, _ in started][:3] == [0, 1, 2]
 
 
+def landing_rollouts(o: Overlap, events: list, slow=(0,), fail=None):
+    """Rollouts whose batches land through `o.land`: batch b's landing takes 50 ms for b in `slow`, its episodes
+    in the buffer but not yet counted (`added`) for most of it, and batch `fail`'s landing raises."""
+
+    async def finish(b):
+        events.append(("land", b))
+        if b == fail:
+            await asyncio.sleep(0.01)
+            raise RuntimeError(f"the reference pass of batch {b} failed")
+        await o.buffer.route().add.call_one([b, b])
+        await asyncio.sleep(0.05 if b in slow else 0)  # no snapshot may fall in here
+        events.append(("landed", b))
+        o.added(2, {"rollout/batch": float(b)}, [])
+
+    async def rollouts():
+        async for b in o.rollout_batches():
+            events.append(("generate", b, o.published))
+            o.land(finish(b))
+
+    return rollouts()
+
+
+def train_on(o: Overlap, rollouts) -> list:
+    async def train():
+        trained = []
+        async with o.running(rollouts):
+            async for step, episodes in o.training_batches():
+                trained.append((step, episodes))
+                metrics: dict = {}
+                o.publish(step, metrics, torch.tensor([step - 1]))
+                await o.end_step(step, metrics)
+        return trained
+
+    return asyncio.run(train())
+
+
+def test_a_batch_lands_while_the_next_one_generates_and_batches_land_in_order(tmp_path):
+    o, events = overlap(tmp_path, max_policy_age=1), []
+    trained = train_on(o, landing_rollouts(o, events))
+    assert [step for step, _ in trained] == [1, 2, 3]
+    # batch 1 generated while batch 0 was landing (its reference pass is slow), and still landed after it
+    assert events.index(("generate", 1, 0)) < events.index(("landed", 0)) < events.index(("landed", 1))
+    landed = [e[1] for e in events if e[0] == "landed"]
+    assert landed == sorted(landed) and landed[:3] == [0, 1, 2]
+    # the policy-age gate counts the batches begun, landed or not: never more than one version ahead
+    assert all(e[1] - e[2] <= 1 for e in events if e[0] == "generate")
+
+
+def test_a_checkpoint_waits_for_every_batch_in_flight_to_land(tmp_path):
+    saved: list[str] = []
+    o, events = overlap(tmp_path, max_policy_age=1, every=1, saved=saved), []
+    snapshots = []
+    take_snapshot = o.steps.snapshot
+
+    async def snapshot():
+        snapshots.append(await take_snapshot())
+        return snapshots[-1]
+
+    o.steps.snapshot = snapshot
+    train_on(o, landing_rollouts(o, events, slow=(0, 1, 2, 3)))
+    assert len(snapshots) == 3 and saved == [step_dir(tmp_path, n).name for n in (1, 2, 3)]
+    for snap in snapshots:  # the buffer holds exactly what the loop counted: no landing was half done
+        assert snap["buffer"]["held"] == snap["episodes_added"]
+
+
+def test_a_landing_that_fails_fails_the_run_with_its_error(tmp_path):
+    o, events = overlap(tmp_path, max_policy_age=1), []
+    with pytest.raises(RuntimeError, match="the reference pass of batch 1 failed"):
+        train_on(o, landing_rollouts(o, events, fail=1))
+
+
 def test_a_stop_signal_between_steps_checkpoints_what_is_done_and_raises_stopped(tmp_path):
     saved: list[str] = []
     o = overlap(tmp_path, max_policy_age=1, every=100, saved=saved)

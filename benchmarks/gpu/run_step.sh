@@ -19,6 +19,7 @@
 #   ga1_vllm     ga1 with generator=vllm (vLLM 0.26 in a process of its own, 30% of the GPU, an 8 GiB KV cache)
 #   base_ga4     ga4 with trainer.compile=true, run by the forge_exp installed at $BASE_SITE (an earlier commit,
 #                A/B in one call; before this change compile was off unless set)
+#   base_ga1     ga1, run by the forge_exp installed at $BASE_SITE
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 export BENCH=${BENCH:-/tmp/gpubench}
@@ -35,8 +36,9 @@ declare -A VARIANTS=(
   [ga1_nolookahead]="${TITAN[*]} algorithm.grad_accum=1 generator.lookahead=false"
   [ga1_vllm]="${TITAN[*]} algorithm.grad_accum=1 generator=vllm generator.gpu_memory_utilization=0.3 generator.kv_cache_gib=8"
   [base_ga4]="${TITAN[*]} trainer.compile=true algorithm.grad_accum=4"
+  [base_ga1]="${TITAN[*]} algorithm.grad_accum=1"
 )
-ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_nolookahead hf_ga4 ga1_vllm base_ga4)
+ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_nolookahead hf_ga4 ga1_vllm base_ga4 base_ga1)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
 for tag in "${TAGS[@]}"; do

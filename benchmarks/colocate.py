@@ -50,9 +50,7 @@ class Load:
         self.count, self.seconds = count, None
 
     def run(self, ctx, start: threading.Event):
-        if ctx is not None:
-            ctx.set_context()
-        stream = torch.cuda.Stream()
+        stream = ctx.Stream() if ctx is not None else torch.cuda.Stream()
         with torch.cuda.stream(stream):
             self.a @ self.b  # warm-up (cuBLAS picks its kernel for this context)
             stream.synchronize()
@@ -62,19 +60,15 @@ class Load:
                 self.a @ self.b
             stream.synchronize()
             self.seconds = time.perf_counter() - t0
-        if ctx is not None:
-            ctx.pop_context()
 
 
 def engine_in(model, ctx) -> NativeEngine:
-    """The engine over `model`, its worker thread in `ctx` (the worker picks its stream, and captures its graphs,
-    in its own thread)."""
+    """The engine over `model`, decoding on a stream of `ctx` (its graphs are captured on that stream)."""
     cls = NativeEngine
     if ctx is not None:
         class InContext(NativeEngine):
             def _stream(self):
-                ctx.set_context()
-                return super()._stream()
+                return ctx.Stream()  # (no priority: the context's SMs are the engine's alone)
 
         cls = InContext
     return cls.from_model(model, None, seed=0, slots=BATCH, max_len=PROMPT + NEW, eos_token_ids=[])

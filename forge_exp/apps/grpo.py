@@ -1,7 +1,8 @@
 """GRPO, asynchronous: rollouts and training overlap, off-policy by at most `algorithm.max_policy_age` versions.
 
     rollouts (concurrently):  prompts → generator (group_size each) → reward workers → filters → advantages
-                              → [reference logprobs] → replay buffer (`land`: beside the next batch's generation)
+                              → [reference logprobs] → replay buffer, batches in order
+                              (each batch a task of its own: up to max_policy_age + 1 of them generate at once)
                               (a multi-turn env: prompts → environment workers, each turn through the generator,
                               the episodes scored by the environment: apps/rollout.py)
     training, each step:      replay buffer → trainer.train_step → weights v+1 → every generator replica
@@ -105,37 +106,40 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
 
 
 async def rollouts(h: Handles, overlap: Overlap) -> None:
-    """Fill the replay buffer, a batch at a time; batch b's draws are seeded by (run seed, b, attempt). A batch's
-    reference pass and its way into the buffer run while the next batch generates."""
+    """Fill the replay buffer. Each batch is made in a task of its own, begun as soon as it is within
+    max_policy_age versions of the generators' weights, so up to max_policy_age + 1 batches generate at once (the
+    generator decodes their rows together); they reach the buffer in order."""
+    async for b in overlap.rollout_batches():
+        overlap.run_batch(rollout_batch(h, overlap, b))
+
+
+async def rollout_batch(h: Handles, overlap: Overlap, b: int) -> None:
+    """Batch b: its draws are seeded by (run seed, b, attempt)."""
     a, max_len = h.run.algorithm, h.samplers.response_budget
-    async for b in overlap.rollout_batches():  # each within max_policy_age of the generators' weights
-        # Dynamic sampling (DAPO): drop groups whose rewards are all equal, refill up to max_sampling_attempts.
-        sampler = DynamicSampling(a.prompts_per_step, a.max_sampling_attempts, enabled=a.dynamic_sampling)
-        seen: list[Group] = []
-        generated = {"generator/seconds": 0.0, "generator/tokens": 0.0}
-        while not sampler.done:
-            problems = await h.dataset.route().sample.call_one(sampler.needed)
-            groups, gen_metrics = await sample_groups(h.samplers, problems, a.group_size, a.temperature, a.top_p,
-                                                      seed=rollout_seed(h.run.seed, b, sampler.attempts))
-            sampler.add(groups)
-            seen += groups
-            generated = {k: generated.get(k, 0.0) + v for k, v in gen_metrics.items()}  # over every attempt
-        groups = sampler.take() + sampler.top_up(seen)
-        if a.overlong_penalty:  # reward shaping: DAPO's soft overlong punishment
-            groups = penalize_overlong(groups, max_len, a.overlong_buffer_len(max_len))
-        episodes = to_episodes(groups, group_advantages(groups, a.advantage, a.advantage_eps))
-        generated["generator/tokens_per_s"] = generated["generator/tokens"] / max(generated["generator/seconds"], 1e-9)
-        overlap.land(land(h, overlap, episodes, seen, {**generated, **h.samplers.metrics(seen), **sampler.metrics()}))
-
-
-async def land(h: Handles, overlap: Overlap, episodes: list, seen: list[Group], metrics: dict[str, float]) -> None:
-    """A batch's reference logprobs, then the replay buffer."""
+    # Dynamic sampling (DAPO): drop groups whose rewards are all equal, refill up to max_sampling_attempts.
+    sampler = DynamicSampling(a.prompts_per_step, a.max_sampling_attempts, enabled=a.dynamic_sampling)
+    seen: list[Group] = []
+    generated = {"generator/seconds": 0.0, "generator/tokens": 0.0}
+    while not sampler.done:
+        problems = await h.dataset.route().sample.call_one(sampler.needed)
+        groups, gen_metrics = await sample_groups(h.samplers, problems, a.group_size, a.temperature, a.top_p,
+                                                  seed=rollout_seed(h.run.seed, b, sampler.attempts))
+        sampler.add(groups)
+        seen += groups
+        generated = {k: generated.get(k, 0.0) + v for k, v in gen_metrics.items()}  # over every attempt
+    groups = sampler.take() + sampler.top_up(seen)
+    if a.overlong_penalty:  # reward shaping: DAPO's soft overlong punishment
+        groups = penalize_overlong(groups, max_len, a.overlong_buffer_len(max_len))
+    episodes = to_episodes(groups, group_advantages(groups, a.advantage, a.advantage_eps))
     if h.ref_model is not None:  # with LoRA, the trainer's base with its adapters off
         ref = await h.ref_model.route().logprobs.call_one(collate_episodes(episodes, h.pad_id))
         for e, row in zip(episodes, ref):
             e.ref_logprobs = row[: len(e.completion.token_ids)].tolist()
+    await overlap.turn(b)  # after batch b - 1
     await h.buffer.route().add.call_one(episodes)
-    metrics["rollout/policy_age"] = overlap.published - min(g.policy_version for g in seen)
+    generated["generator/tokens_per_s"] = generated["generator/tokens"] / max(generated["generator/seconds"], 1e-9)
+    metrics = {**generated, **h.samplers.metrics(seen), **sampler.metrics(),
+               "rollout/policy_age": overlap.published - min(g.policy_version for g in seen)}
     overlap.added(len(episodes), metrics, h.samplers.rows(seen))  # what samples/completions.json shows
 
 

@@ -2,8 +2,9 @@
 
     rollouts  `async for batch in overlap.rollout_batches()`: a batch starts only while it is within
               max_policy_age versions of the weights the generators hold, and never during a checkpoint;
-              `overlap.land(coroutine)` finishes it (the reference pass, the replay buffer) while the next batch
-              generates, batches landing in order; `overlap.added(...)` once its episodes are in the buffer
+              `overlap.run_batch(coroutine)` makes it in a task of its own, so up to max_policy_age + 1 batches
+              are made at once; each `await overlap.turn(batch)` before the replay buffer (batches land in
+              order) and `overlap.added(...)` once its episodes are in it
     training  `async with overlap.running(rollouts)` runs them beside the steps;
               `async for step, episodes in overlap.training_batches()` takes each step's batch from the buffer (the
               next one while this step trains), and ends at a stop signal with a checkpoint of what is done;
@@ -54,8 +55,8 @@ class Changed:
 
 class Quiesce:
     """A moment with no rollout batch in flight, for a snapshot of the buffer and the prompt stream that agrees
-    with itself. Rollouts call `begin()` before a batch and `end()` after it has reached the buffer (a batch may
-    begin while the one before is still landing)."""
+    with itself. Rollouts call `begin()` before a batch and `end()` after it has reached the buffer (batches may
+    be made several at once)."""
 
     def __init__(self) -> None:
         self._open = asyncio.Event()
@@ -120,8 +121,10 @@ class Overlap:
             self.episodes_added = loop["episodes_added"]
             self.rollout_metrics.extend(loop["rollout_metrics"])
             self.samples = loop["samples"]
-        self.started = self.episodes_added // batch_episodes  # batches begun (landed, or still landing)
-        self.landing: asyncio.Task | None = None  # the newest batch's landing (`land`)
+        self.landed = self.episodes_added // batch_episodes  # batches in the buffer
+        self.started = self.landed  # batches begun (in the buffer, or still being made)
+        self.batches: set[asyncio.Task] = set()  # the batches being made (`run_batch`)
+        self.failure: BaseException | None = None  # the first batch that failed
         self.task: asyncio.Task | None = None  # the rollouts
         self.taking: asyncio.Task | None = None  # the next step's batch, taken while this step trains
         self.t0 = self.wait = 0.0
@@ -130,36 +133,43 @@ class Overlap:
     # --- the rollouts' side
     async def rollout_batches(self):
         """The index of each batch to make, once the policy-age bound allows it. A batch is in flight until
-        `added`: the next one may begin while it lands (`land`)."""
+        `added`: the next one may begin before (`run_batch`)."""
         while not self.done:
-            if self.landing is not None and self.landing.done():
-                self.landing.result()  # a landing that failed fails the rollouts
+            self.raise_failure()
             if self.started - self.published > self.max_age:
-                await self.changed.wait()  # for the next version (or a landing's failure)
+                await self.changed.wait()  # for the next version (or a batch's failure)
                 continue
             await self.quiesce.begin()
             self.started += 1
             yield self.started - 1
 
-    def land(self, finish: Coroutine) -> None:
-        """Run `finish` (a batch's last part: it calls `added`) as a task while the next batch generates; it
-        starts now and waits for the batch before to land first, so batches reach the buffer in order."""
+    def run_batch(self, batch: Coroutine) -> None:
+        """Make a batch in a task of its own (`batch`: its generation, scoring, `turn` and `added`), so the next
+        batch may begin while it runs; a failure fails the rollouts and the training side."""
+        task = asyncio.ensure_future(batch)
+        self.batches.add(task)
 
-        async def in_order(before: asyncio.Task | None) -> None:
-            if before is not None:
-                await before
-            await finish
-
-        def ended(_) -> None:
-            finish.close()  # (not started when the landing before failed or the run ended: no warning)
+        def ended(task: asyncio.Task) -> None:
+            self.batches.discard(task)
+            if not task.cancelled() and task.exception() is not None and self.failure is None:
+                self.failure = task.exception()
             self.changed.notify()  # a failure wakes the waiting sides
 
-        self.landing = asyncio.ensure_future(in_order(self.landing))
-        self.landing.add_done_callback(ended)
+        task.add_done_callback(ended)
+
+    async def turn(self, batch: int) -> None:
+        """Once every batch before `batch` is in the buffer: batches reach it in order."""
+        while self.landed < batch:
+            await self.changed.wait()
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
 
     def added(self, episodes: int, metrics: dict[str, float], samples: list[dict]) -> None:
         """A batch's episodes are in the buffer: its rollout metrics and sample rows."""
         self.episodes_added += episodes
+        self.landed += 1
         self.quiesce.end()
         self.changed.notify()
         self.rollout_metrics.append(metrics)
@@ -180,7 +190,7 @@ class Overlap:
                 self.taking.cancel()
                 await asyncio.gather(self.taking, return_exceptions=True)
             self.steps.close()
-            rollouts = [t for t in (self.task, self.landing) if t is not None]
+            rollouts = [self.task, *self.batches]
             for t in rollouts:  # a batch in flight is not waited for (a stop, a failure, or the last step)
                 t.cancel()
             await asyncio.gather(*rollouts, return_exceptions=True)
@@ -214,9 +224,9 @@ class Overlap:
                 episodes = await self.buffer.route().sample.call_one(self.n, step - 1)
                 if episodes is not None:
                     return episodes
-            for t in (self.task, self.landing):
-                if t is not None and t.done():
-                    t.result()  # re-raise the rollout failure
+            self.raise_failure()  # a batch's failure
+            if self.task.done():
+                self.task.result()  # re-raise the rollout failure
             await self.changed.wait(timeout=STOP_POLL_S)  # for the next batch (and a look at the stop signal)
         return None
 
@@ -257,7 +267,7 @@ class Overlap:
     # --- checkpoints and stops
     async def snapshot(self) -> dict:
         """loop.json: what the loop has that the weights do not say, at a moment with no rollout batch in flight."""
-        async with self.quiesce.paused(self.task, self.landing):
+        async with self.quiesce.paused(self.task, *self.batches):
             return {
                 "dataset": await self.dataset.route().state.call_one(),
                 "buffer": await self.buffer.route().state.call_one(),

@@ -123,7 +123,7 @@ def test_a_batch_starts_only_within_max_policy_age_of_the_published_weights(tmp_
     o = overlap(tmp_path, max_policy_age)
     started: list[tuple[int, int]] = []  # (batch, the version published when it started)
 
-    async def rollouts():
+    async def rollouts():  # one batch at a time, made inline
         async for b in o.rollout_batches():
             started.append((b, o.published))
             await o.buffer.route().add.call_one([b, b])
@@ -144,24 +144,24 @@ def test_a_batch_starts_only_within_max_policy_age_of_the_published_weights(tmp_
     assert [b for b, _ in started][:3] == [0, 1, 2]
 
 
-def landing_rollouts(o: Overlap, events: list, slow=(0,), fail=None):
-    """Rollouts whose batches land through `o.land`: batch b's landing takes 50 ms for b in `slow`, its episodes
-    in the buffer but not yet counted (`added`) for most of it, and batch `fail`'s landing raises."""
+def batch_rollouts(o: Overlap, events: list, slow=(0,), fail=None):
+    """Rollouts whose batches are made in tasks of their own (`o.run_batch`): batch b's generation takes 50 ms for b
+    in `slow`, each batch's episodes sit in the buffer a while before `added` counts them, and batch `fail` raises."""
 
-    async def finish(b):
-        events.append(("land", b))
+    async def make(b):
+        events.append(("generate", b, o.published))
+        await asyncio.sleep(0.05 if b in slow else 0.01)
         if b == fail:
-            await asyncio.sleep(0.01)
             raise RuntimeError(f"the reference pass of batch {b} failed")
+        await o.turn(b)
         await o.buffer.route().add.call_one([b, b])
-        await asyncio.sleep(0.05 if b in slow else 0)  # no snapshot may fall in here
+        await asyncio.sleep(0.02)  # in the buffer, not yet counted: no snapshot may fall in here
         events.append(("landed", b))
         o.added(2, {"rollout/batch": float(b)}, [])
 
     async def rollouts():
         async for b in o.rollout_batches():
-            events.append(("generate", b, o.published))
-            o.land(finish(b))
+            o.run_batch(make(b))
 
     return rollouts()
 
@@ -180,16 +180,25 @@ def train_on(o: Overlap, rollouts) -> list:
     return asyncio.run(train())
 
 
-def test_a_batch_lands_while_the_next_one_generates_and_batches_land_in_order(tmp_path):
+def test_batches_are_made_at_once_within_the_policy_age_and_land_in_order(tmp_path):
     o, events = overlap(tmp_path, max_policy_age=1), []
-    trained = train_on(o, landing_rollouts(o, events))
+    trained = train_on(o, batch_rollouts(o, events))
     assert [step for step, _ in trained] == [1, 2, 3]
-    # batch 1 generated while batch 0 was landing (its reference pass is slow), and still landed after it
+    assert [episodes for _, episodes in trained] == [[0, 0], [0, 0], [0, 0]]  # (the fake buffer's first n)
+    # batch 1 began while batch 0 was still being made (it is slow), and still landed after it
     assert events.index(("generate", 1, 0)) < events.index(("landed", 0)) < events.index(("landed", 1))
     landed = [e[1] for e in events if e[0] == "landed"]
     assert landed == sorted(landed) and landed[:3] == [0, 1, 2]
     # the policy-age gate counts the batches begun, landed or not: never more than one version ahead
     assert all(e[1] - e[2] <= 1 for e in events if e[0] == "generate")
+
+
+def test_with_max_policy_age_0_one_batch_is_made_at_a_time(tmp_path):
+    o, events = overlap(tmp_path, max_policy_age=0), []
+    train_on(o, batch_rollouts(o, events, slow=(0, 1, 2)))
+    kinds = [e[:2] for e in events]
+    for b in (1, 2):  # batch b begins only after batch b - 1 landed (and was trained on)
+        assert kinds.index(("landed", b - 1)) < kinds.index(("generate", b))
 
 
 def test_a_checkpoint_waits_for_every_batch_in_flight_to_land(tmp_path):
@@ -203,16 +212,16 @@ def test_a_checkpoint_waits_for_every_batch_in_flight_to_land(tmp_path):
         return snapshots[-1]
 
     o.steps.snapshot = snapshot
-    train_on(o, landing_rollouts(o, events, slow=(0, 1, 2, 3)))
+    train_on(o, batch_rollouts(o, events, slow=(0, 1, 2, 3)))
     assert len(snapshots) == 3 and saved == [step_dir(tmp_path, n).name for n in (1, 2, 3)]
-    for snap in snapshots:  # the buffer holds exactly what the loop counted: no landing was half done
+    for snap in snapshots:  # the buffer holds exactly what the loop counted: no batch was half landed
         assert snap["buffer"]["held"] == snap["episodes_added"]
 
 
-def test_a_landing_that_fails_fails_the_run_with_its_error(tmp_path):
+def test_a_batch_that_fails_fails_the_run_with_its_error(tmp_path):
     o, events = overlap(tmp_path, max_policy_age=1), []
     with pytest.raises(RuntimeError, match="the reference pass of batch 1 failed"):
-        train_on(o, landing_rollouts(o, events, fail=1))
+        train_on(o, batch_rollouts(o, events, fail=1))
 
 
 def test_a_stop_signal_between_steps_checkpoints_what_is_done_and_raises_stopped(tmp_path):

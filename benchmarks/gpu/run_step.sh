@@ -14,6 +14,7 @@
 #   ga1_eager    + trainer.compile=false (does compile pay inside the step?)
 #   ga1_seq      + algorithm.max_policy_age=0: rollouts and training take turns (on-policy), no overlap
 #   ga1_lowprio  + generator.high_priority=false: the generator's decode on a normal-priority stream
+#   ga1_age2     + algorithm.max_policy_age=2: up to three batches generate at once (samples up to 2 versions old)
 #   hf_ga4       trainer=hf (transformers), grad_accum 4
 #   ga1_nolookahead  + generator.lookahead=false: the host reads each decode chunk back before queuing the next
 #   ga1_vllm     ga1 with generator=vllm (vLLM 0.26 in a process of its own, 30% of the GPU, an 8 GiB KV cache)
@@ -32,13 +33,14 @@ declare -A VARIANTS=(
   [ga1_eager]="${TITAN[*]} algorithm.grad_accum=1 trainer.compile=false"
   [ga1_seq]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=0"
   [ga1_lowprio]="${TITAN[*]} algorithm.grad_accum=1 generator.high_priority=false"
+  [ga1_age2]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=2"
   [hf_ga4]="trainer=hf algorithm.grad_accum=4"
   [ga1_nolookahead]="${TITAN[*]} algorithm.grad_accum=1 generator.lookahead=false"
   [ga1_vllm]="${TITAN[*]} algorithm.grad_accum=1 generator=vllm generator.gpu_memory_utilization=0.3 generator.kv_cache_gib=8"
   [base_ga4]="${TITAN[*]} trainer.compile=true algorithm.grad_accum=4"
   [base_ga1]="${TITAN[*]} algorithm.grad_accum=1"
 )
-ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_nolookahead hf_ga4 ga1_vllm base_ga4 base_ga1)
+ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead hf_ga4 ga1_vllm base_ga4 base_ga1)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
 for tag in "${TAGS[@]}"; do

@@ -104,7 +104,9 @@ class RLAlgorithm(AlgorithmBase):
     # --- sampling of training rollouts
     temperature: float = 1.0
     top_p: float = 1.0
-    max_policy_age: int = 1  # rollouts may be this many weight versions behind the trainer; 0 = on-policy
+    # rollouts may be this many weight versions behind the trainer; 0 = on-policy. Up to max_policy_age + 1 batches
+    # are generated at once (the generator decodes their rows together: apps/grpo.py)
+    max_policy_age: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -78,21 +78,20 @@ class Quiesce:
     @contextlib.asynccontextmanager
     async def paused(self, *rollout_tasks: asyncio.Task | None):
         self._open.clear()
+        idle = asyncio.ensure_future(self._idle.wait())
         try:
-            idle = asyncio.ensure_future(self._idle.wait())
             tasks = [t for t in rollout_tasks if t is not None]
             while not idle.done():
-                running = [t for t in tasks if not t.done()]
                 for t in tasks:
                     if t.done() and (t.cancelled() or t.exception() is not None):
-                        idle.cancel()
                         t.result()  # the rollouts failed: raise that
+                running = [t for t in tasks if not t.done()]
                 if not running:  # the rollouts are over: nothing more will land
-                    idle.cancel()
                     break
                 await asyncio.wait([idle, *running], return_when=asyncio.FIRST_COMPLETED)
             yield
         finally:
+            idle.cancel()
             self._open.set()
 
 

@@ -7,8 +7,9 @@ The native engine generates 32 prompts x 256 tokens -> 512 new tokens (the gpu.m
 weights as in generation.py) while another thread runs bf16 GEMMs of a training step's size ([24576, 2048] x
 [2048, 6144], about what the trainer's forward and backward at this batch are made of) for a fixed count. Each row
 times both, started together: alone, together on every SM (the engine on its high-priority stream, as in a run),
-and together with the SMs split (the engine's worker thread and the load's thread each in a green context of its
-own). The question a row answers: how long until both are done (wall), against the two run one after the other.
+and together with the SMs split (the engine's decode and the GEMMs each on a stream of a green context of its own;
+a context made current without its streams constrains nothing). The question a row answers: how long until both
+are done (wall), against the two run one after the other. Needs CUDA and torch.cuda.green_contexts (torch >= 2.10).
 """
 
 from __future__ import annotations

@@ -118,54 +118,6 @@ def overlap(tmp_path, max_policy_age: int, every=0, saved=None) -> Overlap:
                    reward_errors=lambda: {})
 
 
-@pytest.mark.parametrize("max_policy_age", [0, 1])
-def test_a_batch_starts_only_within_max_policy_age_of_the_published_weights(tmp_path, max_policy_age):
-    o = overlap(tmp_path, max_policy_age)
-    started: list[tuple[int, int]] = []  # (batch, the version published when it started)
-
-    async def rollouts():  # one batch at a time, made inline
-        async for b in o.rollout_batches():
-            started.append((b, o.published))
-            await o.buffer.route().add.call_one([b, b])
-            o.added(2, {"rollout/batch": float(b)}, [])
-
-    async def train():
-        trained = []
-        async with o.running(rollouts()):
-            async for step, episodes in o.training_batches():
-                trained.append((step, episodes))
-                metrics: dict = {}
-                o.publish(step, metrics, torch.tensor([step - 1]))
-                await o.end_step(step, metrics)
-        return trained
-
-    assert [step for step, _ in asyncio.run(train())] == [1, 2, 3]
-    assert all(b - version <= max_policy_age for b, version in started)
-    assert [b for b, _ in started][:3] == [0, 1, 2]
-
-
-def batch_rollouts(o: Overlap, events: list, slow=(0,), fail=None):
-    """Rollouts whose batches are made in tasks of their own (`o.run_batch`): batch b's generation takes 50 ms for b
-    in `slow`, each batch's episodes sit in the buffer a while before `added` counts them, and batch `fail` raises."""
-
-    async def make(b):
-        events.append(("generate", b, o.published))
-        await asyncio.sleep(0.05 if b in slow else 0.01)
-        if b == fail:
-            raise RuntimeError(f"the reference pass of batch {b} failed")
-        await o.turn(b)
-        await o.buffer.route().add.call_one([b, b])
-        await asyncio.sleep(0.02)  # in the buffer, not yet counted: no snapshot may fall in here
-        events.append(("landed", b))
-        o.added(2, {"rollout/batch": float(b)}, [])
-
-    async def rollouts():
-        async for b in o.rollout_batches():
-            o.run_batch(make(b))
-
-    return rollouts()
-
-
 def train_on(o: Overlap, rollouts) -> list:
     async def train():
         trained = []
@@ -178,6 +130,44 @@ def train_on(o: Overlap, rollouts) -> list:
         return trained
 
     return asyncio.run(train())
+
+
+@pytest.mark.parametrize("max_policy_age", [0, 1])
+def test_a_batch_starts_only_within_max_policy_age_of_the_published_weights(tmp_path, max_policy_age):
+    o = overlap(tmp_path, max_policy_age)
+    started: list[tuple[int, int]] = []  # (batch, the version published when it started)
+
+    async def rollouts():  # one batch at a time, made inline
+        async for b in o.rollout_batches():
+            started.append((b, o.published))
+            await o.buffer.route().add.call_one([b, b])
+            o.added(2, {"rollout/batch": float(b)}, [])
+
+    assert [step for step, _ in train_on(o, rollouts())] == [1, 2, 3]
+    assert all(b - version <= max_policy_age for b, version in started)
+    assert [b for b, _ in started][:3] == [0, 1, 2]
+
+
+def batch_rollouts(o: Overlap, events: list, slow=(0,), fail=None):
+    """Rollouts whose batches are made in tasks of their own (`o.run_batch`): batch b's generation takes 50 ms for b
+    in `slow`, each batch's episodes sit in the buffer a while before `added` counts them, and batch `fail` raises."""
+
+    async def make(b):
+        events.append(("generate", b, o.published))
+        await asyncio.sleep(0.05 if b in slow else 0.01)
+        if b == fail:
+            raise RuntimeError(f"batch {b} failed to score")
+        await o.turn(b)
+        await o.buffer.route().add.call_one([b, b])
+        await asyncio.sleep(0.02)  # in the buffer, not yet counted: no snapshot may fall in here
+        events.append(("landed", b))
+        o.added(2, {"rollout/batch": float(b)}, [])
+
+    async def rollouts():
+        async for b in o.rollout_batches():
+            o.run_batch(make(b))
+
+    return rollouts()
 
 
 def test_batches_are_made_at_once_within_the_policy_age_and_land_in_order(tmp_path):
@@ -220,7 +210,7 @@ def test_a_checkpoint_waits_for_every_batch_in_flight_to_land(tmp_path):
 
 def test_a_batch_that_fails_fails_the_run_with_its_error(tmp_path):
     o, events = overlap(tmp_path, max_policy_age=1), []
-    with pytest.raises(RuntimeError, match="the reference pass of batch 1 failed"):
+    with pytest.raises(RuntimeError, match="batch 1 failed to score"):
         train_on(o, batch_rollouts(o, events, fail=1))
 
 

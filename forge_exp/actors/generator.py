@@ -55,14 +55,15 @@ class Generator(Actor):
 
     async def _load_pending(self) -> None:
         """Swap in the newest snapshot. Rows already decoding continue under the new weights (their completions
-        keep the older version's stamp: the policy age a replay buffer bounds is never understated)."""
+        keep the older version's stamp: the policy age a replay buffer bounds is never understated). An engine that
+        can queue the copies (`queue_weights`) does not wait for them: its next rows are prefilled after them."""
         async with self._weights:
             if self._pending is None:
                 return
             t0 = time.perf_counter()
             version, receiver = self._pending
             self._pending = None
-            await asyncio.to_thread(receiver.load, self.engine.load_weights)
+            await asyncio.to_thread(receiver.load, getattr(self.engine, "queue_weights", self.engine.load_weights))
             self.version = version
             self._sync_seconds = time.perf_counter() - t0
 

@@ -8,7 +8,10 @@ together; every `sync_every` steps it looks once at which rows finished (EOS or 
 those back, and prefills waiting rows into the freed slots, so long and short completions do not hold each other
 up and rows of many concurrent `generate` calls share one batch. On GPU each decode step is a CUDA graph per batch
 bucket over fused Triton kernels (`triton_ops.py`); elsewhere the same step runs eagerly on the torch ops (`ops.py`).
-New weights (`load_weights`) are copied in between chunks of steps; rows in flight continue under them. Rows
+New weights (`load_weights`, `queue_weights`) land between chunks of steps; rows in flight continue under them. On
+GPU the caller queues their copies on the engine's stream itself, behind the chunks already queued, and need not
+wait: rows it submits next are prefilled under them (the worker's launches and a load's copies take turns on one
+lock, so a load never lands inside a prefill, a graph capture or an eager chunk). Rows
 admitted together that share a prompt (the n samples of a group) share its prefill: it runs once and its K/V are
 copied to the other slots.
 
@@ -22,9 +25,10 @@ Models other than Qwen3 / Llama / Qwen2 take a plain path: each call runs alone 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable
 
 import torch
@@ -54,12 +58,6 @@ class _Row:
     generated: int = 0  # tokens drawn, as of the last chunk read back
     queued: int = 0  # tokens it will have drawn (at most) once every chunk queued has run
     slot: int = -1
-
-
-@dataclass
-class _Pending:
-    pairs: list
-    applied: threading.Event = field(default_factory=threading.Event)
 
 
 class NativeEngine:
@@ -104,7 +102,9 @@ class NativeEngine:
         self._seed, self._calls = seed, 0
         self._cv = threading.Condition()
         self._waiting: deque[_Row] = deque()
-        self._weights: list[_Pending] = []
+        self.stream = self._stream()  # the worker's CUDA stream (None: the current one, CPU)
+        self._device = threading.Lock()  # held to queue device work: the worker's launches, or a load's copies
+        self._loaders = 0  # loads waiting for the device lock: the worker lets them go first
         self._active: dict[int, _Row] = {}
         self._taken: list[_Row] = []  # rows the worker took from the queue and has not yet placed or delivered
         self._free = list(range(self.slots - 1, -1, -1))
@@ -151,9 +151,20 @@ class NativeEngine:
         return [flat[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompts))]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """New weights by HF name, or with LoRA the adapters by peft's names (merged into the base here)."""
+        """New weights by HF name, or with LoRA the adapters by peft's names (merged into the base here). Returns
+        once they are in place (the caller may reuse its tensors)."""
+        read = self.queue_weights(weights)
+        if read is not None:
+            read.synchronize()
+
+    def queue_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> torch.cuda.Event | None:
+        """As `load_weights`, but on GPU returns once the copies are queued behind the decode steps already queued
+        (a chunk in flight finishes under the old weights); rows submitted after it are prefilled under the new ones.
+        Returns an event that completes once the engine has read `weights` (keep them unchanged until then), or
+        None when they are already in (CPU)."""
+        caller = torch.cuda.current_stream(self.device) if self.stream is not None else None
         if self._adapter is not None:
-            weights = self._adapter.merged(weights)
+            weights = self._adapter.merged(weights)  # on the caller's stream, which the copies wait for
         pairs = []
         for name, tensor in weights:
             param = self._params.get(name)
@@ -163,14 +174,37 @@ class NativeEngine:
                 raise ValueError(f"load_weights: {name} has shape {tuple(tensor.shape)}, the model's is "
                                  f"{tuple(param.shape)}")
             pairs.append((param, tensor))
-        pending = _Pending(pairs)
         with self._cv:
             self._check_open()
-            self._weights.append(pending)
-            self._cv.notify()
-        pending.applied.wait()
-        if self._error is not None:
-            raise RuntimeError("the generation engine failed") from self._error
+            self._loaders += 1
+        try:
+            with self._device, torch.no_grad(), torch.cuda.stream(self.stream):
+                self._check_open()
+                if self.stream is None:  # CPU: the copies run now, between the worker's chunks
+                    for param, tensor in pairs:
+                        param.copy_(tensor)
+                    return None
+                self.stream.wait_stream(caller)
+                for param, tensor in pairs:
+                    param.copy_(tensor, non_blocking=True)
+                    if tensor.is_cuda:  # its memory is not reused (a merged adapter's) before the copy has read it
+                        tensor.record_stream(self.stream)
+                read = torch.cuda.Event()
+                read.record(self.stream)
+                return read
+        finally:
+            with self._cv:
+                self._loaders -= 1
+                self._cv.notify_all()
+
+    @contextlib.contextmanager
+    def _queueing(self):
+        """The worker's turn to queue device work, once no load waits for it."""
+        with self._cv:
+            while self._loaders:
+                self._cv.wait()
+        with self._device:
+            yield
 
     def parameters(self) -> dict[str, torch.Tensor]:
         """The model's parameters by HF name (tied ones once), or with LoRA the adapters it takes (meta tensors):
@@ -203,32 +237,32 @@ class NativeEngine:
         try:
             if self.device.type == "cuda" and self.device.index is not None:
                 torch.cuda.set_device(self.device)
-            with torch.cuda.stream(self._stream()):
+            with torch.cuda.stream(self.stream):
                 self._serve()
         except BaseException as error:  # the worker must never die silently: every waiting caller hears of it
             self._fail(error)
 
     def _stream(self) -> torch.cuda.Stream | None:
         """The worker's CUDA stream: with `high_priority`, one the GPU schedules ahead of others' kernels, so a
-        colocated trainer's long kernels fill the gaps of the decode steps instead of delaying them."""
-        if self.device.type != "cuda" or not self.knobs.high_priority:
-            return None  # the device's default stream (torch.cuda.stream(None) changes nothing)
+        colocated trainer's long kernels fill the gaps of the decode steps instead of delaying them; else the
+        device's default stream. None on CPU."""
+        if self.device.type != "cuda":
+            return None
+        if not self.knobs.high_priority:
+            return torch.cuda.default_stream(self.device)
         return torch.cuda.Stream(self.device, priority=torch.cuda.Stream.priority_range()[1])
 
     def _serve(self) -> None:
         while True:
             with self._cv:
-                while not (self._closed or self._waiting or self._weights or self._active):
+                while not (self._closed or self._waiting or self._active):
                     self._cv.wait()
                 if self._closed:
                     return
-                weights, self._weights = self._weights, []
                 admit = self._taken = []
                 if self.plain_reason is None:
                     while self._waiting and len(admit) < len(self._free):
                         admit.append(self._waiting.popleft())
-            for pending in weights:
-                self._apply(pending)
             if self.plain_reason is not None:
                 self._plain_call()
                 continue
@@ -237,20 +271,13 @@ class NativeEngine:
             if self._active:
                 self._decode_chunk()
 
-    def _apply(self, pending: _Pending) -> None:
-        with torch.no_grad():
-            for param, tensor in pending.pairs:
-                param.copy_(tensor)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream().synchronize()  # the caller may reuse its buffers once we return
-        pending.applied.set()
-
     def _admit(self, rows: list[_Row]) -> None:
         """Prefill `rows` into free slots, in packed groups of at most prefill_tokens prompt tokens."""
         group, tokens = [], 0
         for row in rows + [None]:
             if row is None or (group and tokens + len(row.prompt) > self.knobs.prefill_tokens):
-                self.runner.prefill(group)
+                with self._queueing():
+                    self.runner.prefill(group)
                 self.stats["prefills"] += 1
                 group, tokens = [], 0
             if row is None:
@@ -266,11 +293,11 @@ class NativeEngine:
     def _decode_chunk(self) -> None:
         """A chunk of sync_every decode steps over the active rows (or the one queued ahead), then the rows it finished
         handed back. With `lookahead`, the next chunk is queued before this one is read, so the device never waits for
-        the host between chunks (a colocated trainer's thread may hold the GIL then); not while rows wait for a slot
-        or weights wait to be loaded, which go in between chunks."""
+        the host between chunks (a colocated trainer's thread may hold the GIL then); not while rows wait for a slot,
+        which are prefilled between chunks."""
         chunk, rows = self._ahead or self._launch()
         self._ahead = None
-        if self.lookahead and not self._waiting and not self._weights:
+        if self.lookahead and not self._waiting:
             self._ahead = self._launch(ahead=True)
             self.stats["ahead"] += self._ahead is not None
         self.stats["polls"] += 1
@@ -302,7 +329,8 @@ class NativeEngine:
         for r in rows:
             r.queued = min(r.queued + steps, r.request.sampling.max_new_tokens)
         self.stats["decode_steps"] += steps
-        return self.runner.launch(slots, steps), rows
+        with self._queueing():
+            return self.runner.launch(slots, steps), rows
 
     def _plain_call(self) -> None:
         """Models the decoder does not cover: the head call's rows in one eager batch (no continuous batching)."""
@@ -316,9 +344,10 @@ class NativeEngine:
             while self._waiting and self._waiting[0].request is request:
                 rows.append(self._waiting.popleft())
         s = request.sampling
-        outs = generate(self.model, [r.prompt for r in rows], max_new_tokens=s.max_new_tokens,
-                        temperature=s.temperature, top_p=s.top_p, eos_id=self.eos_ids or [-1], pad_id=self.pad_id,
-                        seed=request.seed)
+        with self._queueing():  # one eager call: weights change only between calls
+            outs = generate(self.model, [r.prompt for r in rows], max_new_tokens=s.max_new_tokens,
+                            temperature=s.temperature, top_p=s.top_p, eos_id=self.eos_ids or [-1],
+                            pad_id=self.pad_id, seed=request.seed)
         for row, out in zip(rows, outs):
             self._deliver(row, out)
 
@@ -338,11 +367,8 @@ class NativeEngine:
             self._waiting.clear()
             self._taken = []
             self._active.clear()
-            weights, self._weights = self._weights, []
         for request in requests.values():
             request.settle(None, error)
-        for pending in weights:
-            pending.applied.set()
 
 
 def _default_eos(model, tokenizer) -> tuple[int, ...]:

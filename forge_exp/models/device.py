@@ -13,11 +13,14 @@ from __future__ import annotations
 import torch
 
 
-def wait_for(tensor: torch.Tensor) -> None:
-    """Block until the work queued so far on the current stream of `tensor`'s device is done (no-op on CPU)."""
-    if tensor.is_cuda:
+def wait_for(on: torch.Tensor | torch.device) -> None:
+    """Block until the work queued so far on this thread's current stream of the device (`on`, or the device of the
+    tensor `on`) is done: not the work of other streams, such as a colocated generator's decode (a device-wide
+    `torch.cuda.synchronize` would wait for its queued steps too). A no-op on CPU."""
+    device = on.device if isinstance(on, torch.Tensor) else torch.device(on)
+    if device.type == "cuda":
         event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(tensor.device))
+        event.record(torch.cuda.current_stream(device))
         event.synchronize()
 
 

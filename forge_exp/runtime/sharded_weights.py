@@ -12,6 +12,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
+from forge_exp.models.device import wait_for
 from forge_exp.runtime.weight_sync import WeightPublisher, layout_of, views
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,7 @@ class ShardedWeightPublisher(WeightPublisher):
         with torch.no_grad():
             for name, view in self._views:
                 self.params[name].view(view.shape).copy_(view)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
+        wait_for(self.device)
 
     def _gather(self, check: bool = False) -> dict[str, float]:
         got, snapshot_bytes, differs = 0, 0, []
@@ -86,8 +86,7 @@ class ShardedWeightPublisher(WeightPublisher):
                         differs.append(name)
                     self.params[name].copy_(tensor)
                     snapshot_bytes += tensor.numel() * tensor.element_size()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        wait_for(self.device)
         if differs:  # a layout the views got wrong: every later version is gathered
             log.warning("weight sync: %d parameter views (%s, ...) differ from the gathered weights; gathering from "
                         "now on", len(differs), differs[0])

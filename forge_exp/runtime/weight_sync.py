@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 
+from forge_exp.models.device import wait_for
+
 log = logging.getLogger(__name__)
 
 ALIGN = 256  # bytes: every tensor of the flat buffer starts aligned, so each view is a plain aligned copy
@@ -135,7 +137,7 @@ class WeightPublisher:
             if self.device.type == "cuda":
                 if self.offer_ipc:
                     ref.ipc, ref.gpu_uuid = self._fill_buffer(), gpu_uuid(self.device)
-                torch.cuda.synchronize(self.device)  # the optimizer step (and the buffer copy) is done
+                wait_for(self.device)  # the optimizer step (and the buffer copy) is done
             elif self.offer_shm:
                 ref.shm = self._fill_shm()
             if self.send_state:
@@ -203,6 +205,7 @@ class WeightReceiver:
         self._shm_buffer: torch.Tensor | None = None
         self._shm_broken = False
         self._stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
+        self._read_by: torch.cuda.Event | None = None  # a sink still reading staging until this completes
         self.transport: str | None = None  # of the last snapshot taken
 
     def receive(self, ref: WeightRef) -> str:
@@ -243,15 +246,17 @@ class WeightReceiver:
         return got
 
     def load(self, sink=None) -> None:
-        """Hand the last snapshot to `sink` (a generation engine's load_weights: an iterable of (name, tensor)), or
-        copy it into the model's parameters. Called between batches: the last batch ended with a device sync, so no
-        kernel still reads the parameters. On the side stream and waited for there alone, so a colocated trainer's
-        kernels queued on the default stream (services=single_gpu) are not waited for."""
+        """Hand the last snapshot to `sink` (a generation engine's load_weights or queue_weights: an iterable of
+        (name, tensor)), or copy it into the model's parameters. Called between batches: the last batch ended with a
+        device sync, so no kernel still reads the parameters. On the side stream and waited for there alone, so a
+        colocated trainer's kernels queued on the default stream (services=single_gpu) are not waited for. A sink
+        that returns a CUDA event reads staging until it completes: the next snapshot waits for it on the GPU."""
         with torch.no_grad(), _on(self._stream, self.device):
             if sink is None:
                 torch._foreach_copy_([p.detach() for p in self.params.values()], self._staging, non_blocking=True)
             else:
-                sink(zip([s.name for s in self.layout], self._staging))
+                read = sink(zip([s.name for s in self.layout], self._staging))
+                self._read_by = read if isinstance(read, torch.cuda.Event) else None
         if self._stream is not None:
             self._stream.synchronize()
 
@@ -287,6 +292,8 @@ class WeightReceiver:
             self._staging_flat = torch.empty(self.nbytes, dtype=torch.uint8, device=self.device)
             self._staging = views(self._staging_flat, self.layout)
         with torch.no_grad(), _on(self._stream, self.device):
+            if self._read_by is not None:  # the engine may still be copying the last snapshot in
+                self._stream.wait_event(self._read_by)
             src = sources()
             if flat:  # one peer copy of the whole buffer
                 self._staging_flat.copy_(src[0], non_blocking=True)

@@ -442,7 +442,8 @@ def gpu(args) -> dict:
         return result
     runs = []
     engines = args.engines.split(",")
-    for batch, prompt, new in SHAPES:
+    shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes else SHAPES
+    for batch, prompt, new in shapes:
         g = torch.Generator().manual_seed(batch)
         prompts = torch.randint(3, 151936, (batch, prompt), generator=g).tolist()
         floor = floor_tokens_per_s(model, batch, prompt, new, bandwidth)
@@ -543,6 +544,7 @@ def main() -> None:
     parser.add_argument("--cpu-tiny", action="store_true")
     parser.add_argument("--baseline-rev", default=None)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--shapes", default=None, help="BATCHxPROMPTxNEW,... in place of the two RL shapes")
     args = parser.parse_args()
     result = cpu_tiny(args) if args.cpu_tiny else gpu(args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

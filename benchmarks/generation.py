@@ -93,14 +93,18 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def run_native(model, prompts, new: int, **knobs) -> dict:
-    """The engine's timed call after a warm-up (CUDA graph capture)."""
+def run_native(model, prompts, new: int, group: int = 1, **knobs) -> dict:
+    """The engine's timed call after a warm-up (CUDA graph capture). `group`: the rows are len(prompts) / group
+    prompts sampled `group` times each (as GRPO samples), which share their prompt's prefill and K/V."""
     engine = NativeEngine.from_model(model, None, seed=0, slots=len(prompts), max_len=len(prompts[0]) + new,
                                      eos_token_ids=[], **knobs)
+    distinct = prompts[: len(prompts) // group]
     try:
-        _, setup = timed(lambda: asyncio.run(engine.generate(prompts, Sampling(max_new_tokens=17, seed=1))))
-        out, seconds = timed(lambda: asyncio.run(engine.generate(prompts, Sampling(max_new_tokens=new, seed=2))))
-        result = {"seconds": seconds, "warmup_seconds": setup, "tokens": sum(len(g[0].token_ids) for g in out),
+        _, setup = timed(lambda: asyncio.run(engine.generate(distinct, Sampling(group, max_new_tokens=17, seed=1))))
+        out, seconds = timed(lambda: asyncio.run(engine.generate(distinct, Sampling(group, max_new_tokens=new,
+                                                                                    seed=2))))
+        result = {"seconds": seconds, "warmup_seconds": setup, "group": group,
+                  "tokens": sum(len(g.token_ids) for gs in out for g in gs),
                   "stats": dict(engine.stats), "kernels": engine.runner.decoder.kernels.__name__,
                   "cuda_graphs": engine.runner.cuda_graphs, "sync_every": engine.sync_every,
                   "lookahead": engine.lookahead}
@@ -456,6 +460,8 @@ def gpu(args) -> dict:
                 try:
                     if name == "native":
                         row.update(run_native(model, prompts, new))
+                    elif name == "native_groups8":  # GRPO's rows: batch / 8 prompts, 8 samples each
+                        row.update(run_native(model, prompts, new, group=8))
                     elif name == "native_sync64":
                         row.update(run_native(model, prompts, new, sync_every=64))
                     elif name == "native_no_lookahead":  # the host reads each chunk back before queuing the next

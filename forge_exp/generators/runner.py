@@ -68,10 +68,6 @@ class DecodeRunner:
 
         n = slots + 1
         self.tok, self.pos, self.step, self.max_new, self.key = (zeros(n) for _ in range(5))
-        # where each slot's prompt K/V is (decoder.kernels.SHARED_PREFIX): slot `pslot` holds positions below
-        # `plen`; a prompt's first sample holds its own (plen 0), the others read it there
-        self.shared = decoder.kernels.SHARED_PREFIX
-        self.pslot, self.plen = torch.arange(n, device=device), zeros(n)
         self.done = torch.ones(n, dtype=torch.bool, device=device)  # the scratch slot stays done forever
         self.temp = zeros(n, dtype=torch.float32)
         self.top_p = torch.ones(n, dtype=torch.float32, device=device)
@@ -113,14 +109,12 @@ class DecodeRunner:
         self.tok[idx] = torch.where(live, new, self.tok[idx])
 
     def _step(self, idx: torch.Tensor, truncate: bool, kv_len: int | None, first_slot: int | None = None) -> None:
-        prefix = (self.pslot[idx], self.plen[idx]) if self.shared else None
-        logits = self.decoder.decode(self.tok[idx], idx, self.pos[idx], kv_len, first_slot, prefix)
+        logits = self.decoder.decode(self.tok[idx], idx, self.pos[idx], kv_len, first_slot)
         self._record(logits, idx, truncate)
 
-    def prefill(self, rows: list[Admit]) -> dict[int, int]:
+    def prefill(self, rows: list[Admit]) -> None:
         """Write the prompts' K/V into their slots (one forward over the distinct prompts) and draw each row's
-        first token. Returns the slot whose K/V each row's prompt is read from (its own, or with
-        kernels.SHARED_PREFIX the slot of the first row with the same prompt), by row slot."""
+        first token."""
         dev = self.device
         idx = torch.tensor([r.slot for r in rows], device=dev)
         lens = [len(r.prompt) for r in rows]
@@ -142,20 +136,14 @@ class DecodeRunner:
         heads = torch.tensor([r.slot for r in distinct], device=dev)
         logits = self.decoder.prefill([r.prompt for r in distinct], heads)  # [distinct, V]
         src = [first[tuple(r.prompt)] for r in rows]
-        repeats = [(distinct[j].slot, r.slot, len(r.prompt)) for j, r in zip(src, rows) if distinct[j].slot != r.slot]
-        if self.shared:  # the repeats read the prompt from its first sample's slot
-            self.pslot[idx] = torch.tensor([distinct[j].slot for j in src], device=dev)
-            self.plen[idx] = torch.tensor([len(r.prompt) if distinct[j].slot != r.slot else 0
-                                           for j, r in zip(src, rows)], device=dev)
-        else:
-            self.decoder.copy_prefix(repeats)
+        self.decoder.copy_prefix([(distinct[j].slot, r.slot, len(r.prompt)) for j, r in zip(src, rows)
+                                  if distinct[j].slot != r.slot])
         self.prefill_tokens += sum(len(r.prompt) for r in distinct)
         logits = logits[torch.tensor(src, device=dev)] if len(distinct) < len(rows) else logits
         for r, n in zip(rows, lens):
             self.top_p_host[r.slot] = r.top_p
             self.pos_host[r.slot] = n
         self._record(logits, idx, truncate=any(r.top_p < 1 for r in rows))
-        return {r.slot: (distinct[j].slot if self.shared else r.slot) for j, r in zip(src, rows)}
 
     def launch(self, slots: list[int], steps: int) -> Chunk:
         """Queue `steps` decode steps over `slots` and, behind them, the copy of every slot's state that `outcome`

@@ -6,7 +6,7 @@
 #   source benchmarks/gpu/install.sh
 #   python3 benchmarks/gpu/make_model.py --out /tmp/gpubench --shape 8b   # once per machine: the Qwen3-8B shape
 #   python3 benchmarks/gpu/make_model.py --out /tmp/gpubench              # and the Qwen3-1.7B shape
-#   bash benchmarks/gpu/run_lora.sh 8b      # Qwen3-8B, LoRA: STEPS_8B steps (default 4; medians after step 2)
+#   bash benchmarks/gpu/run_lora.sh 8b      # Qwen3-8B, LoRA: STEPS_8B steps (default 4; means after step 2)
 #   bash benchmarks/gpu/run_lora.sh 1_7b    # Qwen3-1.7B, LoRA then full fine-tuning, at the gpu.md batch
 #   bash benchmarks/gpu/run_lora.sh table   # the side-by-side table of what has run ($OUT/lora.json)
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one-GPU GRPO step (gpu.md's shape: Qwen3-1.7B, 4 prompts x 8, 256 + 512 tokens, beta 0.04, services=single_gpu,
 # the native generator), trainer=titan, in variants side by side in one call: each a fresh `forge-exp` run through
-# run_layouts.sh (STEPS steps, medians after step 2), then step_table.py's table and $OUT/steps.json.
+# run_layouts.sh (STEPS steps, means after step 2), then step_table.py's table and $OUT/steps.json.
 #
 #   source benchmarks/gpu/install.sh && python3 benchmarks/gpu/make_model.py --out /tmp/gpubench
 #   bash benchmarks/gpu/run_step.sh                  # every variant below

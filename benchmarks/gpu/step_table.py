@@ -1,7 +1,7 @@
 """GRPO step runs side by side: `python benchmarks/gpu/step_table.py OUT TAG...` reads OUT/<tag>.json
 (summarize.py) for each tag that ran, writes OUT/steps.json and prints a markdown table: the step, the trainer
-inside it, the generator beside it, the weight push, and where the step's wall time went (timeline/, medians).
-`side_by_side` also prints lora_table.py's table."""
+inside it, the generator beside it, the weight push, and where the step's wall time went (timeline/; means over
+the measured steps). `side_by_side` also prints lora_table.py's table."""
 
 from __future__ import annotations
 

@@ -3,8 +3,10 @@
     python benchmarks/gpu/summarize.py --layout single_gpu --db RUN/mlflow.db --mem mem.csv --peak peak.json \
         --rows 32 --prompt 256 --out single_gpu.json
 
-Step metrics are the app's own (apps/grpo.py): medians over steps after --warmup (the first steps load kernels,
-allocate the caches and fill the replay buffer). MFU = model FLOPs / seconds / the bf16 matmul rate measured on the
+Step metrics are the app's own (apps/grpo.py): means over the steps after --warmup (the first steps load kernels,
+allocate the caches and fill the replay buffer). Means, not medians: with rollouts beside training the loop runs in
+cycles of up to max_policy_age + 1 steps (at age 1 a step that waits long for its batch, then one that finds the
+next batch ready), and a median picks one phase; 6 measured steps (8, warmup 2) are whole cycles at ages 0 to 2. MFU = model FLOPs / seconds / the bf16 matmul rate measured on the
 same machine in the same call (peak.py), with FLOPs counted from the Qwen3 shape below (no recomputation counted):
     forward per row   2·N_layers·T + 2·L·T²·H·d_head (causal attention) + 2·d·V·(R+1) (lm_head, response positions)
     training          3 × forward  (train/seconds: logprob forward, backward, clip, AdamW step)
@@ -109,43 +111,43 @@ def main() -> None:
     steps = sorted(history["time/step_seconds"])
     kept = [s for s in steps if s > args.warmup]
 
-    def med(key: str) -> float | None:
+    def avg(key: str) -> float | None:  # the mean over the measured steps (the docstring says why)
         values = [history[key][s] for s in kept if s in history[key]]
-        return statistics.median(values) if values else None
+        return statistics.fmean(values) if values else None
 
     peak = json.loads(args.peak.read_text()) if args.peak else None
     matmul = statistics.median(d["bf16_matmul_tflops"] for d in peak["devices"]) * 1e12 if peak else float("nan")
-    response = (med("generator/tokens") or 0) / args.rows  # mean completion length of a generate call
+    response = (avg("generator/tokens") or 0) / args.rows  # mean completion length of a generate call
     train_flops = (2 if args.lora else 3) * forward_flops(args.rows, args.prompt, response)
     gen_flops = generation_flops(args.rows, args.prompt, response)
-    train_s, gen_s = med("train/seconds"), med("generator/seconds")
+    train_s, gen_s = avg("train/seconds"), avg("generator/seconds")
     result = {
         "layout": args.layout,
         "command": args.command,
         "mlflow_run_id": run_id,
         "steps_logged": len(steps),
         "steps_measured": f"{kept[0]}..{kept[-1]}" if kept else "",
-        "median_over_steps": len(kept),
+        "mean_over_steps": len(kept),
         "rows_per_step": args.rows,
         "prompt_tokens": args.prompt,
         "mean_completion_tokens": response,
-        "step_seconds": med("time/step_seconds"),
-        "wait_seconds": med("time/wait_seconds"),
+        "step_seconds": avg("time/step_seconds"),
+        "wait_seconds": avg("time/wait_seconds"),
         "train_seconds": train_s,
-        "train_tokens_per_s": med("train/tokens_per_s"),
+        "train_tokens_per_s": avg("train/tokens_per_s"),
         "generate_seconds": gen_s,
-        "generation_tokens_per_s": med("generator/tokens_per_s"),
-        "weight_push_seconds": med("sync/seconds"),
-        "weight_push_bytes": med("sync/bytes"),
-        "generator_load_seconds": med("generator/sync_seconds"),
-        "train_policy_age": med("train/policy_age"),
+        "generation_tokens_per_s": avg("generator/tokens_per_s"),
+        "weight_push_seconds": avg("sync/seconds"),
+        "weight_push_bytes": avg("sync/bytes"),
+        "generator_load_seconds": avg("generator/sync_seconds"),
+        "train_policy_age": avg("train/policy_age"),
         "train_mfu": train_flops / train_s / matmul if train_s else None,
         "generation_mfu": gen_flops / gen_s / matmul if gen_s else None,
         "train_tflops": train_flops / train_s / 1e12 if train_s else None,
         "generation_tflops": gen_flops / gen_s / 1e12 if gen_s else None,
         "bf16_matmul_tflops_measured": matmul / 1e12,
         # where a step's wall time went (runtime/timeline.py: service calls as the controller saw them)
-        "timeline_seconds": {k.split("/")[1].removesuffix("_seconds"): med(k) for k in KEYS if k.startswith("timeline/")},
+        "timeline_seconds": {k.split("/")[1].removesuffix("_seconds"): avg(k) for k in KEYS if k.startswith("timeline/")},
         "per_step": {k: [history[k].get(s) for s in steps] for k in KEYS},
         **(memory(args.mem) if args.mem else {}),
     }

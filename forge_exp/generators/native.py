@@ -102,7 +102,7 @@ class NativeEngine:
         self._seed, self._calls = seed, 0
         self._cv = threading.Condition()
         self._waiting: deque[_Row] = deque()
-        self.stream = self._stream()  # the worker's CUDA stream (None: the current one, CPU)
+        self.stream = self._stream()  # the worker's CUDA stream (None on CPU)
         self._device = threading.Lock()  # held to queue device work: the worker's launches, or a load's copies
         self._loaders = 0  # loads waiting for the device lock: the worker lets them go first
         self._active: dict[int, _Row] = {}

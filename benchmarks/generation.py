@@ -95,7 +95,7 @@ def timed(fn):
 
 def run_native(model, prompts, new: int, group: int = 1, **knobs) -> dict:
     """The engine's timed call after a warm-up (CUDA graph capture). `group`: the rows are len(prompts) / group
-    prompts sampled `group` times each (as GRPO samples), which share their prompt's prefill and K/V."""
+    prompts sampled `group` times each (as GRPO samples), which share their prompt's prefill."""
     engine = NativeEngine.from_model(model, None, seed=0, slots=len(prompts), max_len=len(prompts[0]) + new,
                                      eos_token_ids=[], **knobs)
     distinct = prompts[: len(prompts) // group]

@@ -6,8 +6,9 @@
 Step metrics are the app's own (apps/grpo.py): means over the steps after --warmup (the first steps load kernels,
 allocate the caches and fill the replay buffer). Means, not medians: with rollouts beside training the loop runs in
 cycles of up to max_policy_age + 1 steps (at age 1 a step that waits long for its batch, then one that finds the
-next batch ready), and a median picks one phase; 6 measured steps (8, warmup 2) are whole cycles at ages 0 to 2. MFU = model FLOPs / seconds / the bf16 matmul rate measured on the
-same machine in the same call (peak.py), with FLOPs counted from the Qwen3 shape below (no recomputation counted):
+next batch ready), and a median picks one phase; 6 measured steps (8, warmup 2) are whole cycles at ages 0 to 2.
+MFU = model FLOPs / seconds / the bf16 matmul rate measured on the same machine in the same call (peak.py), with
+FLOPs counted from the Qwen3 shape below (no recomputation counted):
     forward per row   2·N_layers·T + 2·L·T²·H·d_head (causal attention) + 2·d·V·(R+1) (lm_head, response positions)
     training          3 × forward  (train/seconds: logprob forward, backward, clip, AdamW step)
     generation        prefill 2·N·P per row (+ lm_head once); per sampled token 2·N_layers + 2·d·V + 4·L·ctx·H·d_head

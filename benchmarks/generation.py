@@ -107,7 +107,7 @@ def run_native(model, prompts, new: int, group: int = 1, **knobs) -> dict:
                   "tokens": sum(len(g.token_ids) for gs in out for g in gs),
                   "stats": dict(engine.stats), "kernels": engine.runner.decoder.kernels.__name__,
                   "cuda_graphs": engine.runner.cuda_graphs, "sync_every": engine.sync_every,
-                  "lookahead": engine.lookahead}
+                  "lookahead": engine.lookahead, "share_prompt_kv": engine.runner.shared}
         result["logprob_check"] = logprob_check(model, prompts[:4], [g[0] for g in out[:4]])
         return result
     finally:
@@ -462,6 +462,8 @@ def gpu(args) -> dict:
                         row.update(run_native(model, prompts, new))
                     elif name == "native_groups8":  # GRPO's rows: batch / 8 prompts, 8 samples each
                         row.update(run_native(model, prompts, new, group=8))
+                    elif name == "native_groups8_shared":  # the same, the samples reading one copy of the prompt
+                        row.update(run_native(model, prompts, new, group=8, share_prompt_kv=True))
                     elif name == "native_sync64":
                         row.update(run_native(model, prompts, new, sync_every=64))
                     elif name == "native_no_lookahead":  # the host reads each chunk back before queuing the next

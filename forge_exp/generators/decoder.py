@@ -146,9 +146,14 @@ class StaticDecoder:
         positions: torch.Tensor,  # [B] long: the token's position (its K/V go there)
         kv_len: int | None = None,  # host bound on max(positions) + 1, or None (the whole cache; CUDA graphs)
         first_slot: int | None = None,  # set when slots == first_slot + arange(B): the cache is read as a view
+        prefix: tuple[torch.Tensor, torch.Tensor] | None = None,  # ([B] slot, [B] length) of each row's prompt
+        # K/V when another slot holds them (kernels.SHARED_PREFIX: the samples of a prompt share its prefill)
     ) -> torch.Tensor:
         """One decode step of B rows: logits [B, V] in the model dtype."""
-        if first_slot is not None and self.kernels.SLOT_WINDOW:
+        if prefix is not None:
+            attend = lambda q, kc, vc: self.kernels.attention(q, kc, vc, slots, positions + 1, kv_len, self.scale,
+                                                              prefix)
+        elif first_slot is not None and self.kernels.SLOT_WINDOW:
             window = slice(first_slot, first_slot + len(tokens))
             attend = lambda q, kc, vc: self.kernels.attention(q, kc[window], vc[window], None, positions + 1,
                                                               kv_len, self.scale)

@@ -58,6 +58,7 @@ class _Row:
     generated: int = 0  # tokens drawn, as of the last chunk read back
     queued: int = 0  # tokens it will have drawn (at most) once every chunk queued has run
     slot: int = -1
+    prefix: int = -1  # the slot its prompt's K/V are read from: its own, or another sample's of the same prompt
 
 
 class NativeEngine:
@@ -98,7 +99,8 @@ class NativeEngine:
         if self.plain_reason is None:
             decoder = StaticDecoder(model, slots=self.slots, max_len=self.max_len, kernels=_kernels(self.device))
             self.runner = DecodeRunner(decoder, slots=self.slots, max_len=self.max_len, eos_ids=self.eos_ids,
-                                       cuda_graphs=knobs.cuda_graphs, chunk=self.sync_every, lookahead=self.lookahead)
+                                       cuda_graphs=knobs.cuda_graphs, chunk=self.sync_every, lookahead=self.lookahead,
+                                       share_prompt=knobs.share_prompt_kv)
         self._seed, self._calls = seed, 0
         self._cv = threading.Condition()
         self._waiting: deque[_Row] = deque()
@@ -108,6 +110,7 @@ class NativeEngine:
         self._active: dict[int, _Row] = {}
         self._taken: list[_Row] = []  # rows the worker took from the queue and has not yet placed or delivered
         self._free = list(range(self.slots - 1, -1, -1))
+        self._holders = [0] * self.slots  # rows using each slot (its own, or its prompt's K/V): free at 0
         self._ahead = None  # (chunk, its rows): the chunk queued behind the one being read (lookahead)
         self._closed, self._error = False, None
         self.stats = {"admitted": 0, "prefills": 0, "decode_steps": 0, "polls": 0, "ahead": 0}
@@ -277,7 +280,13 @@ class NativeEngine:
         for row in rows + [None]:
             if row is None or (group and tokens + len(row.prompt) > self.knobs.prefill_tokens):
                 with self._queueing():
-                    self.runner.prefill(group)
+                    prefixes = self.runner.prefill(group)
+                for admitted in group:
+                    placed = self._active[admitted.slot]
+                    placed.prefix = prefixes[placed.slot]
+                    self._holders[placed.slot] += 1
+                    if placed.prefix != placed.slot:
+                        self._holders[placed.prefix] += 1
                 self.stats["prefills"] += 1
                 group, tokens = [], 0
             if row is None:
@@ -313,9 +322,18 @@ class NativeEngine:
         lengths = [self._active[s].generated for s in finished]
         for s, (tokens, logprobs) in zip(finished, self.runner.completions(chunk, finished, lengths)):
             row = self._active.pop(s)
-            self._free.append(s)
+            self._release(s)
+            if row.prefix != s:
+                self._release(row.prefix)
             reason = "eos" if tokens[-1] in self.eos_ids else "length"
             self._deliver(row, Generation(tokens, logprobs, reason))
+
+    def _release(self, slot: int) -> None:
+        """A row is done with `slot`; once no row uses it (a prompt's first sample may finish before the samples
+        that read its K/V), a new row may take it."""
+        self._holders[slot] -= 1
+        if self._holders[slot] == 0:
+            self._free.append(slot)
 
     def _launch(self, ahead: bool = False):
         """Queue a chunk over the active rows: (chunk, its rows), or None for a chunk ahead that no row has room

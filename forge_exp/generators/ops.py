@@ -16,6 +16,7 @@ from forge_exp.models import sampling
 
 PACKED_PREFILL = False  # prefill takes prompts right-padded: one causal SDPA per layer (see decoder.prefill)
 SLOT_WINDOW = True  # attention also takes a view of consecutive slots (slots=None), which saves a gather per layer
+SHARED_PREFIX = False  # the samples of a prompt get copies of its K/V (a window of slots reads them with no gather)
 
 
 def add_rms_norm(
@@ -72,6 +73,8 @@ def attention(
     lengths: torch.Tensor,  # [N] long: row n attends to cache positions [0, lengths[n]) of its slot
     kv_len: int | None,  # host-side bound on max(lengths): only that much of the cache is read (None = all)
     scale: float,
+    prefix: tuple[torch.Tensor, torch.Tensor] | None = None,  # (slot [N], length [N]): positions below the length
+    # are read from that slot instead (a prompt's K/V, prefilled once for all its samples); needs `slots`
 ) -> torch.Tensor:
     """Each row's query against the live part of its slot's cache (GQA): out [N, Hq, D]."""
     n, num_heads, d = q.shape
@@ -79,6 +82,10 @@ def attention(
         k, v = k_cache[:, :, :kv_len], v_cache[:, :, :kv_len]  # [N, Hkv, T, D]
     else:
         k, v = k_cache[slots, :, :kv_len], v_cache[slots, :, :kv_len]
+    if prefix is not None:
+        shared = (torch.arange(k.shape[2], device=q.device)[None] < prefix[1][:, None])[:, None, :, None]
+        k = torch.where(shared, k_cache[prefix[0], :, :kv_len], k)
+        v = torch.where(shared, v_cache[prefix[0], :, :kv_len], v)
     live = torch.arange(k.shape[2], device=q.device)[None] < lengths[:, None]  # [N, T]
     # The G query heads of a kv head go in as G query positions of one head: the same scores, no GQA expansion.
     qg = q.view(n, k.shape[1], num_heads // k.shape[1], d)  # [N, Hkv, G, D]

@@ -57,6 +57,10 @@ class NativeKnobs(EngineOptions):
     # kernels in the gaps between the decode steps' instead of ahead of them
     high_priority: bool = True
     prefill_tokens: int = 8192  # prompt tokens per prefill forward (bounds its activation memory)
+    # the samples of a prompt read its K/V from the first sample's slot instead of copies in their own (GPU only:
+    # the Triton attention kernel; the torch ops always copy). Fewer bytes a decode step (~1.6 of ~7.1 GB at 64
+    # rows of the gpu.md shape); off until benchmarks/gpu.md has measured it (docs/generators.md)
+    share_prompt_kv: bool = False
     eos_token_ids: Optional[List[int]] = None  # null: the tokenizer's EOS and the model's generation_config EOS
 
     ALONE_SLOTS: ClassVar[int] = 256

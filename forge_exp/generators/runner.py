@@ -55,9 +55,10 @@ def buckets(slots: int) -> list[int]:
 
 class DecodeRunner:
     def __init__(self, decoder: StaticDecoder, *, slots: int, max_len: int, eos_ids: tuple[int, ...],
-                 cuda_graphs: bool, chunk: int = 1, lookahead: bool = False) -> None:
+                 cuda_graphs: bool, chunk: int = 1, lookahead: bool = False, share_prompt: bool = False) -> None:
         """`chunk`: the decode steps the engine usually runs between two polls (its sync_every); on GPU they are one
-        graph. `lookahead`: the engine may queue a chunk before it reads the last one back."""
+        graph. `lookahead`: the engine may queue a chunk before it reads the last one back. `share_prompt`: the
+        samples of a prompt read its K/V from one slot where the kernels can (kernels.SHARED_PREFIX)."""
         self.decoder = decoder
         self.slots, self.max_len, self.scratch = slots, max_len, slots
         device = decoder.embed.device
@@ -68,6 +69,10 @@ class DecodeRunner:
 
         n = slots + 1
         self.tok, self.pos, self.step, self.max_new, self.key = (zeros(n) for _ in range(5))
+        # where each slot's prompt K/V is (`shared`): slot `pslot` holds positions below `plen`; a prompt's first
+        # sample holds its own (plen 0), the others read it there
+        self.shared = share_prompt and decoder.kernels.SHARED_PREFIX
+        self.pslot, self.plen = torch.arange(n, device=device), zeros(n)
         self.done = torch.ones(n, dtype=torch.bool, device=device)  # the scratch slot stays done forever
         self.temp = zeros(n, dtype=torch.float32)
         self.top_p = torch.ones(n, dtype=torch.float32, device=device)
@@ -109,12 +114,14 @@ class DecodeRunner:
         self.tok[idx] = torch.where(live, new, self.tok[idx])
 
     def _step(self, idx: torch.Tensor, truncate: bool, kv_len: int | None, first_slot: int | None = None) -> None:
-        logits = self.decoder.decode(self.tok[idx], idx, self.pos[idx], kv_len, first_slot)
+        prefix = (self.pslot[idx], self.plen[idx]) if self.shared else None
+        logits = self.decoder.decode(self.tok[idx], idx, self.pos[idx], kv_len, first_slot, prefix)
         self._record(logits, idx, truncate)
 
-    def prefill(self, rows: list[Admit]) -> None:
+    def prefill(self, rows: list[Admit]) -> dict[int, int]:
         """Write the prompts' K/V into their slots (one forward over the distinct prompts) and draw each row's
-        first token."""
+        first token. Returns the slot whose K/V each row's prompt is read from (its own, or when `shared` the slot
+        of the first row with the same prompt), by row slot."""
         dev = self.device
         idx = torch.tensor([r.slot for r in rows], device=dev)
         lens = [len(r.prompt) for r in rows]
@@ -136,14 +143,20 @@ class DecodeRunner:
         heads = torch.tensor([r.slot for r in distinct], device=dev)
         logits = self.decoder.prefill([r.prompt for r in distinct], heads)  # [distinct, V]
         src = [first[tuple(r.prompt)] for r in rows]
-        self.decoder.copy_prefix([(distinct[j].slot, r.slot, len(r.prompt)) for j, r in zip(src, rows)
-                                  if distinct[j].slot != r.slot])
+        repeats = [(distinct[j].slot, r.slot, len(r.prompt)) for j, r in zip(src, rows) if distinct[j].slot != r.slot]
+        if self.shared:  # the repeats read the prompt from its first sample's slot
+            self.pslot[idx] = torch.tensor([distinct[j].slot for j in src], device=dev)
+            self.plen[idx] = torch.tensor([len(r.prompt) if distinct[j].slot != r.slot else 0
+                                           for j, r in zip(src, rows)], device=dev)
+        else:
+            self.decoder.copy_prefix(repeats)
         self.prefill_tokens += sum(len(r.prompt) for r in distinct)
         logits = logits[torch.tensor(src, device=dev)] if len(distinct) < len(rows) else logits
         for r, n in zip(rows, lens):
             self.top_p_host[r.slot] = r.top_p
             self.pos_host[r.slot] = n
         self._record(logits, idx, truncate=any(r.top_p < 1 for r in rows))
+        return {r.slot: (distinct[j].slot if self.shared else r.slot) for j, r in zip(src, rows)}
 
     def launch(self, slots: list[int], steps: int) -> Chunk:
         """Queue `steps` decode steps over `slots` and, behind them, the copy of every slot's state that `outcome`

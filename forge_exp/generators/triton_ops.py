@@ -36,6 +36,7 @@ SAMPLE_WARPS = 16
 # at ~65% of the copy bandwidth, the sampler 0.29 ms against the torch ops' 0.94 ms over [256, 151936] logits).
 PACKED_PREFILL = True  # prefill takes prompts packed, no padding: each token is a row of `attention`
 SLOT_WINDOW = False  # attention indexes the cache by slot id itself
+SHARED_PREFIX = True  # the samples of a prompt read its K/V from one slot (`attention`'s prefix), not copies
 
 
 @triton.jit
@@ -133,17 +134,21 @@ def qk_rope_store(qkv, qk_norm, eps, cos, sin, positions, slots, k_cache, v_cach
 
 
 @triton.jit
-def _attn_split_kernel(Q, KC, VC, SLOT, LENS, OP, LSE,
+def _attn_split_kernel(Q, KC, VC, SLOT, LENS, PSLOT, PLEN, OP, LSE,
                        stride_qn, stride_qh, stride_cs, stride_cl, stride_ch,
                        stride_on, stride_oh, stride_os, stride_ln, stride_lh, scale,
                        G: tl.constexpr, BG: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
-                       CHUNK: tl.constexpr, IEEE: tl.constexpr):
-    # Program (row, kv head, chunk): the G query heads of one kv head against one chunk of the row's cache.
+                       CHUNK: tl.constexpr, IEEE: tl.constexpr, HAS_PREFIX: tl.constexpr):
+    # Program (row, kv head, chunk): the G query heads of one kv head against one chunk of the row's cache. Rows
+    # are the grid's fastest axis, so the rows that share a prefix read its blocks at about the same time (from L2).
     n = tl.program_id(0)
     hk = tl.program_id(1)
     sp = tl.program_id(2)
     slot = tl.load(SLOT + n)
     length = tl.load(LENS + n)
+    if HAS_PREFIX:
+        pslot = tl.load(PSLOT + n)
+        plen = tl.load(PLEN + n)
     og = tl.arange(0, BG)
     od = tl.arange(0, D)
     gm = og < G
@@ -156,7 +161,11 @@ def _attn_split_kernel(Q, KC, VC, SLOT, LENS, OP, LSE,
     for i in range(CHUNK // BN):
         offs = sp * CHUNK + i * BN + tl.arange(0, BN)
         live = offs < length
-        k = tl.load(KC + cache + offs[:, None] * stride_cl + od[None, :], mask=live[:, None], other=0.0)
+        if HAS_PREFIX:  # positions below plen are the shared prompt's, in slot pslot
+            at = (tl.where(offs < plen, pslot, slot) * stride_cs + hk * stride_ch + offs * stride_cl)[:, None]
+        else:
+            at = cache + offs[:, None] * stride_cl
+        k = tl.load(KC + at + od[None, :], mask=live[:, None], other=0.0)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -167,7 +176,7 @@ def _attn_split_kernel(Q, KC, VC, SLOT, LENS, OP, LSE,
         p = tl.exp(s - m_safe[:, None])
         alpha = tl.exp(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(VC + cache + offs[:, None] * stride_cl + od[None, :], mask=live[:, None], other=0.0)
+        v = tl.load(VC + at + od[None, :], mask=live[:, None], other=0.0)
         if IEEE:
             pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
         else:
@@ -197,7 +206,7 @@ def _attn_combine_kernel(OP, LSE, OUT, stride_on, stride_oh, stride_os, stride_l
     tl.store(OUT + n * stride_outn + h * stride_outh + od, out.to(OUT.dtype.element_ty))
 
 
-def attention(q, k_cache, v_cache, slots, lengths, kv_len, scale):
+def attention(q, k_cache, v_cache, slots, lengths, kv_len, scale, prefix=None):
     n, num_heads, d = q.shape
     kv_heads = k_cache.shape[1]
     group = num_heads // kv_heads
@@ -207,12 +216,13 @@ def attention(q, k_cache, v_cache, slots, lengths, kv_len, scale):
     partial = torch.empty((n, num_heads, chunks, d), dtype=torch.float32, device=q.device)
     lse = torch.empty((n, num_heads, chunks), dtype=torch.float32, device=q.device)
     ieee = q.dtype == torch.float32
+    pslots, plens = prefix if prefix is not None else (slots, lengths)  # unused pointers without a prefix
     _attn_split_kernel[(n, kv_heads, chunks)](
-        q, k_cache, v_cache, slots, lengths, partial, lse,
+        q, k_cache, v_cache, slots, lengths, pslots, plens, partial, lse,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(2), k_cache.stride(1),
         partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1), scale,
         G=group, BG=max(16, triton.next_power_of_2(group)), D=d, BN=BLOCK_N, CHUNK=SPLIT, IEEE=ieee,
-        num_warps=ATTN_WARPS, **({} if ATTN_STAGES is None else {"num_stages": ATTN_STAGES}))
+        HAS_PREFIX=prefix is not None, num_warps=ATTN_WARPS, **({} if ATTN_STAGES is None else {"num_stages": ATTN_STAGES}))
     out = torch.empty_like(q)
     _attn_combine_kernel[(n, num_heads)](
         partial, lse, out, partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),

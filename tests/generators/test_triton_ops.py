@@ -84,6 +84,55 @@ def test_attention_reads_each_rows_live_prefix(g):
 
 
 @kernel_test
+def test_attention_reads_a_shared_prefix_from_its_slot(g):
+    """Rows whose prompt K/V sit in another slot (positions below their prefix length) read what copies of them
+    in their own slots would give."""
+    n, hq, hkv, d, slots, length = 5, 4, 2, 16, 4, 300
+    q = randn(g, n, hq, d)
+    k, v = randn(g, slots + 1, hkv, length, d), randn(g, slots + 1, hkv, length, d)
+    slot_ids = torch.tensor([0, 1, 2, 3, 4], device=DEVICE)
+    lengths = torch.tensor([140, 3, 300, 200, 129], device=DEVICE)
+    prefix = (torch.tensor([0, 0, 0, 3, 2], device=DEVICE), torch.tensor([0, 2, 130, 200, 129], device=DEVICE))
+    copied_k, copied_v = k.clone(), v.clone()
+    for row, (src, upto) in enumerate(zip(*prefix)):
+        copied_k[row, :, :upto], copied_v[row, :, :upto] = k[src, :, :upto], v[src, :, :upto]
+    want = ops.attention(q, copied_k, copied_v, slot_ids, lengths, None, d**-0.5)
+    assert rel(ops.attention(q, k, v, slot_ids, lengths, None, d**-0.5, prefix), want) < 1e-6
+    assert rel(triton_ops.attention(q, k, v, slot_ids, lengths, None, d**-0.5, prefix), want) < 1e-5
+    k[1, :, :2] = float("nan")  # row 1's prompt is read from slot 0, not from its own slot
+    assert torch.isfinite(triton_ops.attention(q, k, v, slot_ids, lengths, None, d**-0.5, prefix)[1]).all()
+
+
+@kernel_test
+def test_the_engine_keeps_a_shared_prompt_until_its_last_sample_is_done(monkeypatch):
+    """The engine on these kernels with share_prompt_kv: the samples of a prompt read its K/V from the first
+    sample's slot. Rows stop at an EOS at different steps and 18 rows go through 5 slots, so slots are taken again
+    while samples of other prompts still read theirs: the tokens and logprobs are still the eager path's, and every
+    slot is free at the end. Without the knob (the default) the engine copies, with the same result."""
+    from forge_exp.generators import native
+    from forge_exp.generators.base import Sampling
+    from tests.generators.helpers import PROMPTS, TOK, assert_same, eager, encode, engine, peaky_model, run
+
+    monkeypatch.setattr(native, "_kernels", lambda device: triton_ops)  # on CPU the engine would take the torch ops
+    prompts = encode(PROMPTS)
+    free = eager(peaky_model(seed=3).to(DEVICE), prompts, Sampling(n=3, max_new_tokens=12, seed=5), eos=-1)
+    rows = [set(r.token_ids) for gs in free for r in gs]
+    eos = min(range(4, len(TOK)), key=lambda t: abs(sum(t in r for r in rows) - len(rows) / 2))
+    sampling = Sampling(n=3, max_new_tokens=12, seed=5)
+    with engine(peaky_model(seed=3).to(DEVICE), slots=5, eos_token_ids=[eos], share_prompt_kv=True) as e:
+        got = run(e.generate(prompts, sampling))
+        shared = int((e.runner.plen > 0).sum())
+        free, holders = sorted(e._free), list(e._holders)
+    assert {r.stop_reason for gs in got for r in gs} == {"eos", "length"}
+    assert_same(got, eager(peaky_model(seed=3).to(DEVICE), prompts, sampling, eos=eos))
+    assert e.runner.shared and shared > 0  # the last rows admitted read a prompt from another slot
+    assert free == list(range(5)) and not any(holders)
+    with engine(peaky_model(seed=3).to(DEVICE), slots=5, eos_token_ids=[eos]) as e:  # the default: copies
+        assert_same(run(e.generate(prompts, sampling)), got)
+        assert not e.runner.shared and not bool((e.runner.plen > 0).any())
+
+
+@kernel_test
 def test_silu_mul(g):
     gu = randn(g, 3, 2 * 1500)  # two blocks of 1024, the second partial
     assert rel(triton_ops.silu_mul(gu), ops.silu_mul(gu)) < 1e-6

@@ -74,6 +74,7 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     """The run's services, from the config read once here: the loop's view (GRPORun), how episodes are sampled
     and scored (RolloutPlan: single- or multi-turn), the trainer's arguments, the warm start."""
     run, plan, warm_start = GRPORun.of(cfg), RolloutPlan.of(cfg), WarmStart.of(cfg)
+    reference_init = initial_weights(cfg, warm_start, resume)  # the KL term's reference: the run's first policy
     dataset = runtime.spawn("dataset", DatasetService, cfg.dataset, cfg.model)
     init_path, cached, warm = None, False, {}
     if resume:  # weights, optimizer and version from the checkpoint
@@ -95,7 +96,7 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     ref_model = None
     if cfg.algorithm.needs_reference:  # with LoRA, the trainer's base with its adapters off (its `logprobs`)
         ref_model = trainer if cfg.model.lora.rank is not None else runtime.spawn(
-            "ref_model", ReferenceModel, cfg.model, init_path, cfg.algorithm.temperature)
+            "ref_model", ReferenceModel, cfg.model, reference_init, cfg.algorithm.temperature)
     await trainer.route().push_weights.call_one(generator.fanout())  # generators start at the trainer's version
     pad_id = await generator.route().pad_id.call_one()
     h = Handles(run, dataset, generator, plan.samplers(generator, scorer), trainer, buffer, ref_model, pad_id, warm,
@@ -103,6 +104,17 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     if resume and resume.loop:  # the prompt stream and the replay buffer as the interrupted run left them
         await restore(dataset, buffer, resume.loop)
     return h
+
+
+def initial_weights(cfg, warm_start: WarmStart | None, resume: ResumeState | None) -> str | None:
+    """Where the run's initial policy is, for a reference model of its own: the warm start, or None (model.path, or
+    the model's seeded initialisation). A resumed run's too, whose trainer loads the checkpoint instead."""
+    if not cfg.algorithm.needs_reference or cfg.model.lora.rank is not None or warm_start is None:
+        return None
+    if resume and not warm_start.cached:
+        raise ValueError(f"resume: the reference model (algorithm.beta > 0) is the run's initial policy, the warm "
+                         f"start cached in {warm_start.dir}, which is gone; restore it, or start a new run")
+    return str(warm_start.dir)
 
 
 async def rollouts(h: Handles, overlap: Overlap) -> None:

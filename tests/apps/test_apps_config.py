@@ -108,3 +108,24 @@ def test_the_grpo_loop_reads_its_view_of_the_config():
     run = GRPORun.of(config)
     assert run.algorithm is config.algorithm and run.eval == EvalPlan.of(config) and run.steps == config.steps
     assert run.reward_failures == (0.5, config.reward.failure_steps)
+
+
+def test_the_reference_model_is_the_runs_first_policy_after_a_resume_too(tmp_path):
+    """grpo.build gives the reference model the warm start's weights, not the checkpoint a resumed trainer loads
+    (tests/faults/test_resume_exact.py runs it); a resume whose warm start cache is gone says so before anything
+    starts. With LoRA or without the KL term there is no reference model of its own."""
+    from forge_exp.apps.common import WarmStart
+    from forge_exp.apps.grpo import initial_weights
+    from forge_exp.driver.checkpoint import ResumeState
+
+    cfg = typed("algorithm.beta=0.04", f"model.warmstart.cache_dir={tmp_path / 'cache'}")
+    warm = WarmStart.of(cfg)
+    resume = ResumeState(step=4, run_id="r", path=tmp_path / "run" / "checkpoints" / "step_0000004")
+    assert initial_weights(cfg, warm, None) == str(warm.dir)
+    with pytest.raises(ValueError, match=r"^resume: the reference model .* warm start cached in .*, which is gone"):
+        initial_weights(cfg, warm, resume)
+    warm.dir.mkdir(parents=True)
+    (warm.dir / "config.json").write_text("{}")
+    assert initial_weights(cfg, warm, resume) == str(warm.dir)
+    for other in (["algorithm.beta=0"], ["algorithm.beta=0.04", "experiment=tiny_lora"]):
+        assert initial_weights(typed(*other), WarmStart.of(typed(*other)), resume) is None

@@ -25,9 +25,12 @@ def history(uri: str) -> dict[str, list[tuple[int, float]]]:
             for k in r.data.metrics if not k.startswith(VARIES + WARM) and "seconds" not in k and not k.endswith("_per_s")}
 
 
-# LoRA: the checkpoint is the adapter (and its optimizer state); a resumed run puts it back on the base it names
+# LoRA: the checkpoint is the adapter (and its optimizer state); a resumed run puts it back on the base it names.
+# kl: the reference model of the KL term is the run's initial policy (the warm start), not the resumed weights.
 @pytest.mark.parametrize("extra,weights", [([], "model.safetensors"),
-                                           (["experiment=tiny_lora"], "adapter_model.safetensors")], ids=["full", "lora"])
+                                           (["algorithm.beta=0.04"], "model.safetensors"),
+                                           (["experiment=tiny_lora"], "adapter_model.safetensors")],
+                         ids=["full", "full_kl", "lora"])
 def test_stopped_and_resumed_equals_uninterrupted(tmp_path, warmstart_cache, extra, weights):
     a = tmp_path / "a"
     rc, _, err = Run(cli(a, warmstart_cache, *ARGS, *extra)).finish(400)
@@ -46,6 +49,8 @@ def test_stopped_and_resumed_equals_uninterrupted(tmp_path, warmstart_cache, ext
 
     ha, hb = history(f"sqlite:///{a}/mlflow.db"), history(f"sqlite:///{b}/mlflow.db")
     assert set(ha) == set(hb) and {"loss/total", "reward/mean", "loss/ratio_max", "eval/accuracy"} <= set(ha)
+    if "algorithm.beta=0.04" in extra:
+        assert any(v != 0 for _, v in ha["loss/kl"]), ha["loss/kl"]
     for key in ha:
         assert ha[key] == hb[key], (key, ha[key], hb[key])
     end_a, end_b = a / "run" / "checkpoints" / "step_0000012", b / "run" / "checkpoints" / "step_0000012"

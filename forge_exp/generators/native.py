@@ -13,7 +13,7 @@ GPU the caller queues their copies on the engine's stream itself, behind the chu
 wait: rows it submits next are prefilled under them (the worker's launches and a load's copies take turns on one
 lock, so a load never lands inside a prefill, a graph capture or an eager chunk). Rows
 admitted together that share a prompt (the n samples of a group) share its prefill: it runs once and its K/V are
-copied to the other slots.
+copied to the other slots, or with `share_prompt_kv` read from the first sample's (rows.py: SlotPool).
 
 Exactness: draws come from the shared counter-based sampler (`sampling.py`), keyed by (call seed, row, step), so
 each row's tokens do not depend on the schedule, and the eager reference `models.generate.generate` with the same
@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import threading
 from collections import deque
-from dataclasses import dataclass
 from typing import Iterable
 
 import torch
@@ -36,29 +35,10 @@ import torch
 from forge_exp.generators.base import Generation, Sampling
 from forge_exp.generators.decoder import StaticDecoder, unsupported_reason
 from forge_exp.generators.options import NativeKnobs
+from forge_exp.generators.rows import Request, Row, SlotPool
 from forge_exp.generators.runner import Admit, DecodeRunner
 from forge_exp.models.lora import AdapterMerge
 from forge_exp.models.sampling import row_key
-
-
-@dataclass
-class _Request:
-    seed: int
-    sampling: Sampling
-    results: list[Generation | None]
-    settle: callable  # (results, error) -> None, thread-safe
-    remaining: int = 0
-
-
-@dataclass
-class _Row:
-    request: _Request
-    index: int  # prompt_index * n + sample_index
-    prompt: list[int]
-    generated: int = 0  # tokens drawn, as of the last chunk read back
-    queued: int = 0  # tokens it will have drawn (at most) once every chunk queued has run
-    slot: int = -1
-    prefix: int = -1  # the slot its prompt's K/V are read from: its own, or another sample's of the same prompt
 
 
 class NativeEngine:
@@ -103,14 +83,13 @@ class NativeEngine:
                                        share_prompt=knobs.share_prompt_kv)
         self._seed, self._calls = seed, 0
         self._cv = threading.Condition()
-        self._waiting: deque[_Row] = deque()
+        self._waiting: deque[Row] = deque()
         self.stream = self._stream()  # the worker's CUDA stream (None on CPU)
         self._device = threading.Lock()  # held to queue device work: the worker's launches, or a load's copies
         self._loaders = 0  # loads waiting for the device lock: the worker lets them go first
-        self._active: dict[int, _Row] = {}
-        self._taken: list[_Row] = []  # rows the worker took from the queue and has not yet placed or delivered
-        self._free = list(range(self.slots - 1, -1, -1))
-        self._holders = [0] * self.slots  # rows using each slot (its own, or its prompt's K/V): free at 0
+        self._active: dict[int, Row] = {}
+        self._taken: list[Row] = []  # rows the worker took from the queue and has not yet placed or delivered
+        self._slots = SlotPool(self.slots)
         self._ahead = None  # (chunk, its rows): the chunk queued behind the one being read (lookahead)
         self._closed, self._error = False, None
         self.stats = {"admitted": 0, "prefills": 0, "decode_steps": 0, "polls": 0, "ahead": 0}
@@ -147,8 +126,8 @@ class NativeEngine:
             self._calls += 1
             seed = sampling.seed if sampling.seed is not None else self._seed * 1_000_003 + self._calls
             n_rows = len(prompts) * sampling.n
-            request = _Request(seed, sampling, [None] * n_rows, settle, remaining=n_rows)
-            self._waiting.extend(_Row(request, i, list(prompts[i // sampling.n])) for i in range(n_rows))
+            request = Request(seed, sampling, [None] * n_rows, settle, remaining=n_rows)
+            self._waiting.extend(Row(request, i, list(prompts[i // sampling.n])) for i in range(n_rows))
             self._cv.notify()
         flat = await done
         return [flat[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompts))]
@@ -264,7 +243,7 @@ class NativeEngine:
                     return
                 admit = self._taken = []
                 if self.plain_reason is None:
-                    while self._waiting and len(admit) < len(self._free):
+                    while self._waiting and len(admit) < len(self._slots):
                         admit.append(self._waiting.popleft())
             if self.plain_reason is not None:
                 self._plain_call()
@@ -274,7 +253,7 @@ class NativeEngine:
             if self._active:
                 self._decode_chunk()
 
-    def _admit(self, rows: list[_Row]) -> None:
+    def _admit(self, rows: list[Row]) -> None:
         """Prefill `rows` into free slots, in packed groups of at most prefill_tokens prompt tokens."""
         group, tokens = [], 0
         for row in rows + [None]:
@@ -284,14 +263,12 @@ class NativeEngine:
                 for admitted in group:
                     placed = self._active[admitted.slot]
                     placed.prefix = prefixes[placed.slot]
-                    self._holders[placed.slot] += 1
-                    if placed.prefix != placed.slot:
-                        self._holders[placed.prefix] += 1
+                    self._slots.hold(placed.slot, placed.prefix)
                 self.stats["prefills"] += 1
                 group, tokens = [], 0
             if row is None:
                 break
-            row.slot, row.generated, row.queued = self._free.pop(), 1, 1
+            row.slot, row.generated, row.queued = self._slots.take(), 1, 1
             self._active[row.slot] = row
             s = row.request.sampling
             group.append(Admit(row.slot, row.prompt, row_key(row.request.seed, row.index), s.temperature, s.top_p,
@@ -322,18 +299,9 @@ class NativeEngine:
         lengths = [self._active[s].generated for s in finished]
         for s, (tokens, logprobs) in zip(finished, self.runner.completions(chunk, finished, lengths)):
             row = self._active.pop(s)
-            self._release(s)
-            if row.prefix != s:
-                self._release(row.prefix)
+            self._slots.release(s, row.prefix)
             reason = "eos" if tokens[-1] in self.eos_ids else "length"
             self._deliver(row, Generation(tokens, logprobs, reason))
-
-    def _release(self, slot: int) -> None:
-        """A row is done with `slot`; once no row uses it (a prompt's first sample may finish before the samples
-        that read its K/V), a new row may take it."""
-        self._holders[slot] -= 1
-        if self._holders[slot] == 0:
-            self._free.append(slot)
 
     def _launch(self, ahead: bool = False):
         """Queue a chunk over the active rows: (chunk, its rows), or None for a chunk ahead that no row has room
@@ -369,7 +337,7 @@ class NativeEngine:
         for row, out in zip(rows, outs):
             self._deliver(row, out)
 
-    def _deliver(self, row: _Row, generation: Generation) -> None:
+    def _deliver(self, row: Row, generation: Generation) -> None:
         request = row.request
         request.results[row.index] = generation
         request.remaining -= 1

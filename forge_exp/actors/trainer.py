@@ -84,8 +84,15 @@ class Trainer(Actor):
     @endpoint
     async def logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """The reference model's [B, R] logprobs of the responses, from the trainer's own base with its adapters
-        switched off (model.lora): a LoRA run starts no reference model (actors/reference.py has the same call)."""
+        switched off (model.lora), or from the reference model the engine holds (trainer.hosts_reference): such
+        a run starts no reference model of its own (actors/reference.py has the same call)."""
         return self.engine.ref_logprobs(batch, self.algorithm.temperature)
+
+    @endpoint
+    async def load_reference(self, path: str | None) -> None:
+        """trainer.hosts_reference: the engine builds the reference model from `path` (the run's initial weights;
+        None: the model's own)."""
+        self.engine.load_reference(path)
 
     @endpoint
     async def warm_start(self, items: list, ws, directory: str, seed: int = 0) -> dict:

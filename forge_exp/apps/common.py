@@ -1,7 +1,9 @@
-"""Pieces every app shares: held-out evaluation, the samplers, the trainer, the cached supervised warm start.
+"""Pieces every app shares: held-out evaluation, the samplers, the trainer, the cached supervised warm start, the
+reference model.
 
 What each of them reads of the config is read once, when the app builds its run, into a typed view (`EvalPlan`,
-`RolloutPlan`, `TrainerPlan`, `WarmStart`: each one's `of(cfg)`); the helpers take those views or plain values."""
+`RolloutPlan`, `TrainerPlan`, `WarmStart`, `ReferencePlan`: each one's `of(cfg)`); the helpers take those views or
+plain values."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 # transformers half-initialised (its lazy modules are not thread-safe).
 from forge_exp.actors.env import EnvWorker  # noqa: F401  (spawned by rollout.MultiTurn.spawn_scorer)
 from forge_exp.actors.generator import Generator
+from forge_exp.actors.reference import ReferenceModel
 from forge_exp.actors.reward import RewardWorker  # noqa: F401  (spawned by rollout.SingleTurn.spawn_scorer)
 from forge_exp.actors.trainer import Trainer
 from forge_exp.apps.rollout import Samplers, rollout_kind, sample_groups, task_accuracy
@@ -183,6 +186,42 @@ class WarmStart:
         """Draw the problems a warm start takes, and drop them (its weights came from the cache): RL then reads the
         prompts after the warm start's, as it does after a fresh one, so a cache hit changes nothing downstream."""
         await dataset.route().skip.call_one(self.draws)
+
+
+@dataclass(frozen=True)
+class ReferencePlan:
+    """The KL term's reference model, read once from the config: the run's initial policy, held by a service of
+    its own (the config's reference_service), by the trainer's engine (trainer.hosts_reference), or with LoRA the
+    trainer's base with its adapters off. Each answers `logprobs`."""
+
+    service: bool  # a ref_model service of its own
+    hosted: bool  # a frozen copy the trainer's engine builds (trainer.hosts_reference)
+    path: str | None  # the initial weights: the warm start's, or None (model.path, or the seeded initialisation)
+    model: ModelBase
+    temperature: float
+
+    @classmethod
+    def of(cls, cfg, warm_start: WarmStart | None, resumed: bool) -> ReferencePlan | None:
+        """None without the KL term. A resumed run's reference is its initial policy too (its trainer loads the
+        checkpoint instead): a resume whose warm start cache is gone is an error before anything starts."""
+        if not cfg.algorithm.needs_reference:
+            return None
+        path = None
+        if warm_start is not None and cfg.model.lora.rank is None:
+            if resumed and not warm_start.cached:
+                raise ValueError(f"resume: the reference model (algorithm.beta > 0) is the run's initial policy, the "
+                                 f"warm start cached in {warm_start.dir}, which is gone; restore it, or start a new run")
+            path = str(warm_start.dir)
+        hosted = bool(getattr(cfg.trainer, "hosts_reference", False))
+        return cls(cfg.reference_service, hosted, path, cfg.model, cfg.algorithm.temperature)
+
+    async def start(self, runtime, trainer: Service) -> Service:
+        """The service that answers the reference calls (after any warm start: it may read its weights)."""
+        if self.service:
+            return runtime.spawn("ref_model", ReferenceModel, self.model, self.path, self.temperature)
+        if self.hosted:
+            await trainer.route().load_reference.call_one(self.path)
+        return trainer
 
 
 def warm_start_dir(model: ModelBase, dataset: DatasetBase, env: EnvBase, seed: int) -> Path:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge_exp.actors.dataset import DatasetService
-from forge_exp.actors.reference import ReferenceModel
 from forge_exp.actors.replay_buffer import ReplayBufferService
-from forge_exp.apps.common import EvalPlan, RolloutPlan, TrainerPlan, WarmStart, evaluate, spawn_trainer
+from forge_exp.apps.common import (EvalPlan, ReferencePlan, RolloutPlan, TrainerPlan, WarmStart, evaluate,
+                                   spawn_trainer)
 from forge_exp.apps.rollout import Samplers, sample_groups
 from forge_exp.config.algorithm import RLAlgorithm
 from forge_exp.data.collate import collate_episodes
@@ -72,9 +72,9 @@ class Handles:
 
 async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Handles:
     """The run's services, from the config read once here: the loop's view (GRPORun), how episodes are sampled
-    and scored (RolloutPlan: single- or multi-turn), the trainer's arguments, the warm start."""
+    and scored (RolloutPlan: single- or multi-turn), the trainer's arguments, the warm start, the reference model."""
     run, plan, warm_start = GRPORun.of(cfg), RolloutPlan.of(cfg), WarmStart.of(cfg)
-    reference_init = initial_weights(cfg, warm_start, resume)  # the KL term's reference: the run's first policy
+    reference = ReferencePlan.of(cfg, warm_start, resume is not None)  # the KL term's: the run's first policy
     dataset = runtime.spawn("dataset", DatasetService, cfg.dataset, cfg.model)
     init_path, cached, warm = None, False, {}
     if resume:  # weights, optimizer and version from the checkpoint
@@ -93,10 +93,7 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
         await warm_start.skip(dataset)  # fresh one: a cache hit changes nothing downstream
     generator = generator or plan.spawn_generator(runtime, init_path)
     buffer = runtime.spawn("replay_buffer", ReplayBufferService, cfg.algorithm.max_policy_age, cfg.seed)
-    ref_model = None
-    if cfg.algorithm.needs_reference:  # with LoRA, the trainer's base with its adapters off (its `logprobs`)
-        ref_model = trainer if cfg.model.lora.rank is not None else runtime.spawn(
-            "ref_model", ReferenceModel, cfg.model, reference_init, cfg.algorithm.temperature)
+    ref_model = await reference.start(runtime, trainer) if reference else None
     await trainer.route().push_weights.call_one(generator.fanout())  # generators start at the trainer's version
     pad_id = await generator.route().pad_id.call_one()
     h = Handles(run, dataset, generator, plan.samplers(generator, scorer), trainer, buffer, ref_model, pad_id, warm,
@@ -104,17 +101,6 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
     if resume and resume.loop:  # the prompt stream and the replay buffer as the interrupted run left them
         await restore(dataset, buffer, resume.loop)
     return h
-
-
-def initial_weights(cfg, warm_start: WarmStart | None, resume: ResumeState | None) -> str | None:
-    """Where the run's initial policy is, for a reference model of its own: the warm start, or None (model.path, or
-    the model's seeded initialisation). A resumed run's too, whose trainer loads the checkpoint instead."""
-    if not cfg.algorithm.needs_reference or cfg.model.lora.rank is not None or warm_start is None:
-        return None
-    if resume and not warm_start.cached:
-        raise ValueError(f"resume: the reference model (algorithm.beta > 0) is the run's initial policy, the warm "
-                         f"start cached in {warm_start.dir}, which is gone; restore it, or start a new run")
-    return str(warm_start.dir)
 
 
 async def rollouts(h: Handles, overlap: Overlap) -> None:
@@ -143,7 +129,7 @@ async def rollout_batch(h: Handles, overlap: Overlap, b: int) -> None:
     if a.overlong_penalty:  # reward shaping: DAPO's soft overlong punishment
         groups = penalize_overlong(groups, max_len, a.overlong_buffer_len(max_len))
     episodes = to_episodes(groups, group_advantages(groups, a.advantage, a.advantage_eps))
-    if h.ref_model is not None:  # with LoRA, the trainer's base with its adapters off
+    if h.ref_model is not None:  # the KL term: a service of its own, or the trainer (ReferencePlan)
         ref = await h.ref_model.route().logprobs.call_one(collate_episodes(episodes, h.pad_id))
         for e, row in zip(episodes, ref):
             e.ref_logprobs = row[: len(e.completion.token_ids)].tolist()

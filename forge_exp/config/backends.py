@@ -38,6 +38,10 @@ class TitanTrainerConfig(TrainerBackend):
     attention: AttentionBackend = AttentionBackend.sdpa  # sdpa | flex (flex has no backward on CPU)
     chunk_rows: int = 4096  # rows of logits alive at once in the chunked logprobs (memory vs speed)
     param_dtype: Optional[DType] = None  # compute dtype; null: bfloat16 on GPU, float32 on CPU (weights stay float32)
+    # the KL term's reference model (algorithm.beta > 0) runs in the trainer's processes on this engine: a frozen
+    # copy of the initial weights, sharded, compiled and run like the policy (float32 weights, as the policy's),
+    # instead of a transformers model in a service of its own (services.ref_model is then unused)
+    hosts_reference: bool = False
 
     def __post_init__(self) -> None:
         at_least("chunk_rows", self.chunk_rows, 1)

@@ -97,6 +97,14 @@ class ForgeConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     resume: bool = False  # continue from the newest checkpoint in checkpoint.dir, into the same MLflow run
 
+    @property
+    def reference_service(self) -> bool:
+        """Whether the KL term's reference model is a service of its own (services.ref_model): not without the term,
+        nor with LoRA (the trainer's base with its adapters off), nor with trainer.hosts_reference (a frozen copy in
+        the trainer's engine)."""
+        return (self.algorithm.needs_reference and self.model.lora.rank is None
+                and not getattr(self.trainer, "hosts_reference", False))
+
     def __post_init__(self) -> None:
         at_least("steps", self.steps, 1)
         seed("seed", self.seed)

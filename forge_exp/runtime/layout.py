@@ -57,12 +57,11 @@ class MeshPlan:
 SCORERS = {"reward", "env"}  # the services that may score episodes (config/env.py: the env option's scorer)
 
 
-def needed_services(reference: bool, scorer: str = "reward", lora: bool = False) -> set[str]:
-    """The services a run uses: the reference model only when the algorithm needs a reference (its
-    needs_reference), and not with LoRA (the trainer's base with its adapters off is the reference); of the
-    services that may score episodes, the one the env option names (reward workers, or environment workers that
-    score their own episodes)."""
-    unused = ({"ref_model"} if not reference or lora else set()) | (SCORERS - {scorer})
+def needed_services(reference: bool, scorer: str = "reward") -> set[str]:
+    """The services a run uses: the reference model when it is a service of its own (`reference`: the config's
+    reference_service); of the services that may score episodes, the one the env option names (reward workers, or
+    environment workers that score their own episodes)."""
+    unused = ({"ref_model"} if not reference else set()) | (SCORERS - {scorer})
     return set(GPU_ORDER) - unused
 
 
@@ -134,8 +133,7 @@ def _place_on_nodes(meshes: dict[str, MeshPlan], mesh_name: str, nodes: int) -> 
 def plan_for(config) -> dict[str, MeshPlan]:
     """The meshes of a run: its services layout, the services it uses, and which engines drive their own workers."""
     drives = frozenset({"generator"}) if config.generator.drives_workers else frozenset()
-    lora = config.model.lora.rank is not None
-    needed = needed_services(config.algorithm.needs_reference, config.env.scorer, lora)
+    needed = needed_services(config.reference_service, config.env.scorer)
     return plan_meshes(config.services, needed, drives, config.cluster.mesh_nodes)
 
 

@@ -5,11 +5,11 @@
     timeline.chrome_trace()                   # the spans as Chrome trace events (Perfetto, chrome://tracing)
 
 A phase is what a call is to the GPU-bound services (PHASES): `rollout` (generator.generate; a multi-turn run's
-environment workers, which drive the generator), `reference` (ref_model.logprobs, or with LoRA the trainer's own),
-`train` (trainer.train_step / sft_step), `sync` (trainer.push_weights); and `score` (the reward workers, on the
-host). `idle` is the time with none of rollout, reference, train and sync in flight; `overlap` the time with
-rollouts and training both in flight (on one GPU they share it). A span is the call as the controller sees it:
-sending, queueing in the actor and the answer's way back included.
+environment workers, which drive the generator), `reference` (ref_model.logprobs, or the trainer's own with LoRA or
+trainer.hosts_reference), `train` (trainer.train_step / sft_step), `sync` (trainer.push_weights); and `score` (the
+reward workers, on the host). `idle` is the time with none of rollout, reference, train and sync in flight;
+`overlap` the time with rollouts and training both in flight (on one GPU they share it). A span is the call as the
+controller sees it: sending, queueing in the actor and the answer's way back included.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ methods in the same order (they are collective).
     metrics = trainer.train_step(batch, grad_accum=1, max_grad_norm=1.0, temperature=1.0)  # every rank, same batch
     for name, tensor in trainer.named_full_weights(torch.bfloat16): ...  # HF names, full tensors, one at a time
     trainer.save_hf(dir); trainer.save(dcp_dir); trainer.load(dcp_dir)    # trainers/titan_checkpoint.py
+    reference = TitanTrainer.from_pretrained(path, frozen=True, degrees=..., loss=None, lr=0.0)
+    ref_logprobs = reference.score(batch, temperature=1.0)               # [B, R] on the host, every rank
 
 The model is built on the meta device from the checkpoint's config.json (trainers/titan_models.py), parallelised by
 TorchTitan's own `parallelize_qwen3` / `parallelize_llama` (TP plan, activation checkpointing, per-block compile,
@@ -37,7 +39,7 @@ from torch.distributed.tensor import DTensor
 from forge_exp.choices import ACTIVATION_CHECKPOINTING
 from forge_exp.models.logprobs import CHUNK_ROWS, head_logprobs
 from forge_exp.rl.types import TrainBatch
-from forge_exp.trainers.update import train_step
+from forge_exp.trainers.update import micro_batches, to_device, train_step
 from forge_exp.trainers import titan_checkpoint
 from forge_exp.trainers.parallel import Degrees, check_model, parallel_dims
 from forge_exp.trainers.titan_compat import titan
@@ -70,11 +72,13 @@ class TitanTrainer:
         attention: str = "sdpa",
         chunk_rows: int = CHUNK_ROWS,
         seed: int = 0,
+        frozen: bool = False,
     ):
         """A randomly initialised model of `hf_config` (a config.json dict or its path); `load_hf` loads weights.
         `param_dtype`: compute dtype of the forward/backward (FSDP2 mixed precision; default bf16 on GPU, float32 on
         CPU); weights, gradients' reduction and AdamW state stay float32. `compile`: TorchTitan's per-block
-        torch.compile; None: on CUDA, off on CPU (Inductor's C++ build costs more there than it saves)."""
+        torch.compile; None: on CUDA, off on CPU (Inductor's C++ build costs more there than it saves).
+        `frozen`: a model that only scores (`score`: a reference model), with no gradients and no optimizer."""
         if activation_checkpointing not in AC_MODES:
             raise ValueError(f"activation_checkpointing must be one of {AC_MODES}, got {activation_checkpointing!r}")
         titan()
@@ -126,14 +130,14 @@ class TitanTrainer:
             torch.manual_seed(seed)
             model.init_weights(buffer_device=None)  # random weights (load_hf replaces them) and the RoPE caches
         model._skip_lm_head = True  # the chunked head runs outside the model (see the module docstring)
-        model.train()
+        model.train(not frozen).requires_grad_(not frozen)
         self.model = model
         self.params = {clean_fqn(n): p for n, p in model.named_parameters()}
         self._qkv = {
             clean_fqn(n) + ".wqkv.weight": m for n, m in model.named_modules() if type(m).__name__ == "FusedQKVLinear"
         }
         self.names = NameMap.build(arch, config, self.hf_config, list(self.params))
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = None if frozen else torch.optim.AdamW(
             model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay,
             **({"fused": True} if self.device.type == "cuda" else {"foreach": True}),
         )
@@ -206,6 +210,16 @@ class TitanTrainer:
         )
         keep = mb.response_mask.bool()
         return lp.view(b, R).masked_fill(~keep, 0.0), ent.view(b, R).masked_fill(~keep, 0.0)
+
+    @torch.no_grad()
+    def score(self, batch: TrainBatch, temperature: float) -> torch.Tensor:
+        """[B, R] float32 logprobs of the whole batch's responses, on the host, without a gradient (a frozen
+        reference model's pass): each data-parallel rank scores its share of the rows in one forward, and every
+        rank returns the whole batch (collective)."""
+        out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=self.device)
+        for mb, _, rows in micro_batches(batch, 1, self.dp_rank, self.degrees.dp):
+            out[rows] = self.logprobs(to_device(mb, self.device), temperature)[0]
+        return (self._rows_over_dp(out) if self._dp_mesh is not None else out).cpu()
 
     def _rows_over_dp(self, rows: torch.Tensor) -> torch.Tensor:
         """The [B, R] tensor whose rows each data-parallel rank filled for its share (zeros elsewhere), whole."""

@@ -59,16 +59,20 @@ class TitanBackend:
         self.sync_dtype = DTYPES[model.dtype]  # what moves to the generators (they hold model.dtype)
         self._tmp = None
         source = self._hf_dir(spec)
+        # how the model is built and run, for the reference model too (load_reference)
+        self._built = dict(degrees=degrees, device=device, param_dtype=DTYPES[param_dtype] if param_dtype else None,
+                           compile=compile, attention=attention, chunk_rows=chunk_rows)
         self.trainer = TitanTrainer.from_pretrained(
-            source, degrees=degrees, loss=loss, lr=lr, weight_decay=weight_decay, device=device,
-            param_dtype=DTYPES[param_dtype] if param_dtype else None, activation_checkpointing=activation_checkpointing,
-            compile=compile, attention=attention, chunk_rows=chunk_rows,
+            source, loss=loss, lr=lr, weight_decay=weight_decay, activation_checkpointing=activation_checkpointing,
+            **self._built,
         )
         if resume_step:
             self.trainer.load(Path(init_path) / DCP)
         self.model = self.trainer.model
         self.sharded_weights = self.trainer  # named_full_weights / weight_layout: what weight sync gathers from
         self.step = resume_step
+        self._model, self._first = model, None if init_path else source  # the model's own weights, as first loaded
+        self.reference = None
 
     def _hf_dir(self, spec: ModelSpec) -> str:
         """An HF directory to read the weights from: the model's own, or (a randomly initialised model) its fresh
@@ -92,6 +96,20 @@ class TitanBackend:
                                           temperature=temperature, mask_truncated=mask_truncated, version=version)
         self.step += 1
         return {**metrics, "trainer/world_size": float(self.world), **self._memory()}
+
+    def load_reference(self, path: str | None) -> None:
+        """The KL term's reference model in this engine (trainer.hosts_reference): a frozen copy of the weights at
+        `path` (the run's initial policy; None: the model's own), sharded, compiled and run like the policy, so no
+        reference service of its own holds a whole transformers copy. Its weights stay float32 (FSDP2 keeps them
+        so and casts to param_dtype for the forward, as for the policy)."""
+        from forge_exp.trainers.titan import TitanTrainer
+
+        source = path or self._first or self._hf_dir(self._model)
+        self.reference = TitanTrainer.from_pretrained(source, loss=None, lr=0.0, frozen=True, **self._built)
+
+    def ref_logprobs(self, batch: TrainBatch, temperature: float) -> torch.Tensor:
+        """[B, R] logprobs of the responses under the reference model (load_reference), on every rank."""
+        return self.reference.score(batch, temperature)
 
     def _memory(self) -> dict[str, float]:
         """Each rank's memory (GiB): resident set and, on GPU, the allocator's peak since the last step."""

@@ -141,7 +141,7 @@ def train_step(
 
     train_logprobs = None  # [B, R]: this rank's rows of the step's logprobs, detached (the others stay 0)
     for mb, weight, rows in micro_batches(batch, grad_accum, shard, shards):
-        mb = _to(mb, device)
+        mb = to_device(mb, device)
         # The model's own tokens: environment insertions of a multi-turn episode are attended to but not trained on,
         # and stay out of the behaviour/reference ratios (the loss sees them masked).
         mask = mb.response_mask if mb.loss_mask is None else mb.loss_mask
@@ -221,7 +221,7 @@ def policy_update(
     )
 
 
-def _to(batch: TrainBatch, device: torch.device) -> TrainBatch:
+def to_device(batch: TrainBatch, device: torch.device) -> TrainBatch:
     if device.type == "cpu":
         return batch
     return TrainBatch(

@@ -111,21 +111,20 @@ def test_the_grpo_loop_reads_its_view_of_the_config():
 
 
 def test_the_reference_model_is_the_runs_first_policy_after_a_resume_too(tmp_path):
-    """grpo.build gives the reference model the warm start's weights, not the checkpoint a resumed trainer loads
-    (tests/faults/test_resume_exact.py runs it); a resume whose warm start cache is gone says so before anything
-    starts. With LoRA or without the KL term there is no reference model of its own."""
-    from forge_exp.apps.common import WarmStart
-    from forge_exp.apps.grpo import initial_weights
-    from forge_exp.driver.checkpoint import ResumeState
+    """ReferencePlan gives the reference model the warm start's weights, not the checkpoint a resumed trainer
+    loads (tests/faults/test_resume_exact.py runs it); a resume whose warm start cache is gone says so before
+    anything starts. With LoRA the reference is the trainer's base; without the KL term there is none."""
+    from forge_exp.apps.common import ReferencePlan, WarmStart
 
     cfg = typed("algorithm.beta=0.04", f"model.warmstart.cache_dir={tmp_path / 'cache'}")
     warm = WarmStart.of(cfg)
-    resume = ResumeState(step=4, run_id="r", path=tmp_path / "run" / "checkpoints" / "step_0000004")
-    assert initial_weights(cfg, warm, None) == str(warm.dir)
+    plan = ReferencePlan.of(cfg, warm, resumed=False)
+    assert plan.path == str(warm.dir) and plan.service and not plan.hosted
     with pytest.raises(ValueError, match=r"^resume: the reference model .* warm start cached in .*, which is gone"):
-        initial_weights(cfg, warm, resume)
+        ReferencePlan.of(cfg, warm, resumed=True)
     warm.dir.mkdir(parents=True)
     (warm.dir / "config.json").write_text("{}")
-    assert initial_weights(cfg, warm, resume) == str(warm.dir)
-    for other in (["algorithm.beta=0"], ["algorithm.beta=0.04", "experiment=tiny_lora"]):
-        assert initial_weights(typed(*other), WarmStart.of(typed(*other)), resume) is None
+    assert ReferencePlan.of(cfg, warm, resumed=True).path == str(warm.dir)
+    lora = typed("algorithm.beta=0.04", "experiment=tiny_lora")
+    assert not ReferencePlan.of(lora, WarmStart.of(lora), resumed=True).service
+    assert ReferencePlan.of(typed("algorithm.beta=0"), warm, resumed=True) is None

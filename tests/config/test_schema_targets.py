@@ -21,6 +21,7 @@ from forge_exp.config.store import SCHEMAS
 READ_ELSEWHERE = {
     "name": "the config and the CLI (which option this is)",
     "warmstart": "apps: the supervised warm start before RL (apps/common.py)",
+    "hosts_reference": "apps: which service answers for the reference model (apps/common.py ReferencePlan)",
 }
 # constructor parameters the caller passes beside the node (runtime/build.py: build(node, key, **extra))
 CALLER_GIVES = {"model", "device", "seed", "loss", "loss_inputs", "init_path", "lr", "weight_decay", "degrees",

@@ -43,6 +43,25 @@ def test_reference_model_is_left_out_when_beta_is_zero():
     assert all("ref_model" not in m.services for m in meshes.values())
 
 
+@pytest.mark.parametrize("overrides,service", [
+    (["algorithm.beta=0.04"], True),
+    (["algorithm.beta=0"], False),
+    (["algorithm.beta=0.04", "experiment=tiny_lora"], False),  # the trainer's base, its adapters off
+    (["algorithm.beta=0.04", "trainer=titan", "trainer.hosts_reference=true"], False),  # a copy in the trainer
+], ids=["kl", "no_kl", "lora", "hosted"])
+def test_a_run_plans_a_reference_service_only_when_no_trainer_answers_for_it(overrides, service):
+    """plan_for (what preflight and the CLI use): with services=three_gpu the reference model's GPU is asked for
+    only when it is a service of its own."""
+    from forge_exp.runtime.layout import plan_for
+    from tests.config.helpers import typed
+
+    config = typed("services=three_gpu", *overrides)
+    meshes = plan_for(config)
+    assert config.reference_service is service
+    assert any("ref_model" in m.services for m in meshes.values()) is service
+    assert gpus_needed(meshes) == (3 if service else 2)
+
+
 def test_single_gpu_colocates_trainer_reference_and_generator_on_gpu0():
     meshes = plan_meshes(services("single_gpu"), needed_services(reference=True))
     assert gpus_needed(meshes) == 1

@@ -4,8 +4,10 @@ a sharded checkpoint saved with 2 processes resumes with 1, into the same MLflow
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -62,3 +64,23 @@ def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(tmp_path):
     assert versions == [(s, float(s)) for s in range(1, 7)]
     world = sorted((m.step, m.value) for m in client.get_metric_history(only.info.run_id, "trainer/world_size"))
     assert [w for _, w in world] == [2.0] * 4 + [1.0] * 2
+
+
+def test_the_reference_model_in_the_trainers_engine(tmp_path, warmstart_cache):
+    """trainer.hosts_reference: the KL term's reference model is a frozen copy in the titan trainer's processes
+    (the trainer answers the reference calls, no ref_model service starts), and on-policy steps give the KL of the
+    same run with the reference service of its own."""
+    common = ["steps=3", "algorithm.beta=0.04", "algorithm.max_policy_age=0", "dataset.eval_size=16", "progress=false",
+              "trainer=titan"]
+    client = forge_exp(tmp_path, "service", *common, cache=warmstart_cache)
+    forge_exp(tmp_path, "hosted", *common, "trainer.hosts_reference=true", cache=warmstart_cache)
+    kl, callers = {}, {}
+    for name in ("service", "hosted"):
+        run = run_named(client, name)
+        kl[name] = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "loss/kl"), key=lambda m: m.step)]
+        trace = json.loads(Path(client.download_artifacts(run.info.run_id, "timeline.json", str(tmp_path / name)))
+                           .read_text())
+        callers[name] = {e["tid"] for e in trace["traceEvents"] if e["cat"] == "reference"}
+    assert callers == {"service": {"ref_model"}, "hosted": {"trainer"}}
+    assert len(kl["hosted"]) == 3 and kl["hosted"][-1] > 0, kl
+    assert kl["hosted"] == pytest.approx(kl["service"], rel=1e-3, abs=1e-7), kl

@@ -11,6 +11,7 @@ import torch
 pytest.importorskip("torchtitan", reason="trainer=titan needs the titan extra")
 
 from forge_exp.trainers.update import Policy, policy_update  # noqa: E402
+from forge_exp.models.logprobs import sequence_logprobs  # noqa: E402
 from tests.trainers.titan_cases import (  # noqa: E402
     LR, TEMPERATURE, assert_same_steps, loss_fn, make_batches, rel, run_world, tiny_model,
 )
@@ -81,3 +82,23 @@ def test_one_process_titan_step_matches_the_transformers_step(case, family):
         for name, w in ref["weights"].items():
             assert rel(params[name].grad, ref["grads"][name]) <= TOL, f"{family} step {step} grad {name}"
             assert rel(params[name].detach(), w) <= TOL, f"{family} step {step} weight {name}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallelism,procs", [("single", 1), ("fsdp", 2), ("tp", 2)])
+def test_a_frozen_engine_scores_like_the_transformers_model(case, parallelism, procs):
+    """trainer.hosts_reference's reference model: a frozen engine's logprobs of each batch are the transformers
+    model's of its initial weights (float32) on every rank, sharded or not, while a policy on the same weights
+    trains beside it; it has no gradients and no optimizer."""
+    c = case("qwen3")
+    got = run_world(procs, c["tmp"] / "runs", "reference_job", checkpoint=c["checkpoint"], batches=c["batches"],
+                    parallelism=parallelism)
+    model = tiny_model("qwen3", seed=3)
+    model.config._attn_implementation = "sdpa"
+    for batch, scores in zip(torch.load(c["batches"], weights_only=False), got["scores"]):
+        with torch.no_grad():
+            want, _ = sequence_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
+                                        batch.response_mask, TEMPERATURE)
+        assert scores.shape == want.shape and rel(scores, want) <= TOL
+    assert all(torch.equal(a, b) for rank in got["every_rank"] for a, b in zip(rank, got["scores"]))
+    assert got["optimizer"] is None and got["trainable"] == []

@@ -154,6 +154,26 @@ def resume_job(checkpoint: str, batches: str, parallelism: str, dcp_dir: str, gr
             "step": step}
 
 
+def reference_job(checkpoint: str, batches: str, parallelism: str) -> dict:
+    """A frozen engine (trainer.hosts_reference's reference model) scoring each batch, beside a policy engine on
+    the same weights that trains on them in between: what every rank returns, and whether the frozen one has any
+    gradient or optimizer."""
+    from forge_exp.trainers.parallel import degrees
+    from forge_exp.trainers.titan import TitanTrainer
+
+    d = degrees(parallelism, dist.get_world_size())
+    reference = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=None, lr=0.0, frozen=True)
+    policy = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=loss_fn(), lr=LR)
+    scores = []
+    for batch in torch.load(batches, weights_only=False):
+        scores.append(reference.score(batch, TEMPERATURE))
+        train_and_record(policy, [batch], 1)
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, scores)
+    return {"scores": scores, "every_rank": every, "optimizer": reference.optimizer,
+            "trainable": [n for n, p in reference.model.named_parameters() if p.requires_grad]}
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30))
 

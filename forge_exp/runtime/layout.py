@@ -89,7 +89,10 @@ def plan_meshes(services: ServicesConfig, needed: set[str] | None = None,
             if mine != shared:
                 raise ValueError(
                     f"services.{name}.{key}={mine} differs from {shared} of services.{plan.services[0]}, which "
-                    f"shares mesh '{mesh_name}': colocated services must agree"
+                    f"shares mesh '{mesh_name}': colocated services must agree; give services.{name} a mesh of "
+                    f"its own (services.{name}.mesh='') or the same {key}"
+                    + (", or with trainer=titan keep the reference in the trainer (trainer.hosts_reference=true)"
+                       if name == "ref_model" else "")
                 )
         plan.services.append(name)
         plan.threads = max(plan.threads, spec.threads)

@@ -94,8 +94,11 @@ def test_more_gpus_than_visible_is_one_clear_error():
 
 
 def test_colocated_services_must_agree_on_gpus():
-    with pytest.raises(ValueError, match=r"services.ref_model.gpus=0 differs"):
+    with pytest.raises(ValueError, match=r"services.ref_model.gpus=0 differs.*services.ref_model.mesh=''.*"
+                                         r"trainer.hosts_reference=true"):
         plan_meshes(services("single_gpu", **{"ref_model.gpus": 0}), needed_services(reference=True))
+    with pytest.raises(ValueError, match=r"services.ref_model.procs=1 differs from 2 of services.trainer"):
+        plan_meshes(services("cpu", **{"trainer.procs": 2}), needed_services(reference=True))
 
 
 def test_bad_service_values_name_the_key():

@@ -212,8 +212,7 @@ class ReferencePlan:
                 raise ValueError(f"resume: the reference model (algorithm.beta > 0) is the run's initial policy, the "
                                  f"warm start cached in {warm_start.dir}, which is gone; restore it, or start a new run")
             path = str(warm_start.dir)
-        hosted = bool(getattr(cfg.trainer, "hosts_reference", False))
-        return cls(cfg.reference_service, hosted, path, cfg.model, cfg.algorithm.temperature)
+        return cls(cfg.reference_service, cfg.trainer_hosts_reference, path, cfg.model, cfg.algorithm.temperature)
 
     async def start(self, runtime, trainer: Service) -> Service:
         """The service that answers the reference calls (after any warm start: it may read its weights)."""

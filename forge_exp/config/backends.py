@@ -40,8 +40,10 @@ class TitanTrainerConfig(TrainerBackend):
     param_dtype: Optional[DType] = None  # compute dtype; null: bfloat16 on GPU, float32 on CPU (weights stay float32)
     # the KL term's reference model (algorithm.beta > 0) runs in the trainer's processes on this engine: a frozen
     # copy of the initial weights, sharded, compiled and run like the policy (float32 weights, as the policy's),
-    # instead of a transformers model in a service of its own (services.ref_model is then unused)
-    hosts_reference: bool = False
+    # instead of a transformers model in a service of its own (services.ref_model is then unused). null: when that
+    # service would share the mesh of a trainer of several processes (every services= layout but three_gpu puts it
+    # on the trainer's mesh), whose procs a one-process reference cannot match
+    hosts_reference: Optional[bool] = None
 
     def __post_init__(self) -> None:
         at_least("chunk_rows", self.chunk_rows, 1)

@@ -100,10 +100,19 @@ class ForgeConfig:
     @property
     def reference_service(self) -> bool:
         """Whether the KL term's reference model is a service of its own (services.ref_model): not without the term,
-        nor with LoRA (the trainer's base with its adapters off), nor with trainer.hosts_reference (a frozen copy in
-        the trainer's engine)."""
-        return (self.algorithm.needs_reference and self.model.lora.rank is None
-                and not getattr(self.trainer, "hosts_reference", False))
+        nor with LoRA (the trainer's base with its adapters off), nor when the trainer hosts it."""
+        return self.algorithm.needs_reference and self.model.lora.rank is None and not self.trainer_hosts_reference
+
+    @property
+    def trainer_hosts_reference(self) -> bool:
+        """trainer.hosts_reference as this run resolves it (null: when a reference service would share the mesh of
+        a trainer of several processes); False for an engine without the knob."""
+        hosts = getattr(self.trainer, "hosts_reference", False)
+        if hosts is None:
+            services = self.services
+            shared = (services.ref_model.mesh or "ref_model") == (services.trainer.mesh or "trainer")
+            return shared and services.trainer.procs > 1
+        return hosts
 
     def __post_init__(self) -> None:
         at_least("steps", self.steps, 1)

@@ -43,23 +43,32 @@ def test_reference_model_is_left_out_when_beta_is_zero():
     assert all("ref_model" not in m.services for m in meshes.values())
 
 
+TITAN_2 = ["trainer=titan", "parallelism=fsdp", "services.trainer.procs=2"]
+
+
 @pytest.mark.parametrize("overrides,service", [
-    (["algorithm.beta=0.04"], True),
-    (["algorithm.beta=0"], False),
-    (["algorithm.beta=0.04", "experiment=tiny_lora"], False),  # the trainer's base, its adapters off
-    (["algorithm.beta=0.04", "trainer=titan", "trainer.hosts_reference=true"], False),  # a copy in the trainer
-], ids=["kl", "no_kl", "lora", "hosted"])
+    (["services=three_gpu", "algorithm.beta=0.04"], True),
+    (["services=three_gpu", "algorithm.beta=0"], False),
+    (["services=three_gpu", "algorithm.beta=0.04", "experiment=tiny_lora"], False),  # the trainer's base
+    (["services=three_gpu", "algorithm.beta=0.04", "trainer=titan", "trainer.hosts_reference=true"], False),
+    (["services=three_gpu", "algorithm.beta=0.04", "trainer=titan"], True),  # null: a mesh of its own there
+    (["services=cpu", "algorithm.beta=0.04", *TITAN_2], False),  # null: the trainer's mesh, two processes
+    (["services=cpu", "algorithm.beta=0.04", *TITAN_2, "services.ref_model.mesh=''"], True),
+    (["services=cpu", "algorithm.beta=0.04", "trainer=titan"], True),  # null: one trainer process
+], ids=["kl", "no_kl", "lora", "hosted", "titan_own_mesh", "titan_2_procs", "titan_2_procs_own_mesh", "titan_1_proc"])
 def test_a_run_plans_a_reference_service_only_when_no_trainer_answers_for_it(overrides, service):
-    """plan_for (what preflight and the CLI use): with services=three_gpu the reference model's GPU is asked for
-    only when it is a service of its own."""
+    """plan_for (what preflight and the CLI use) plans the reference model's mesh (with services=three_gpu, its
+    GPU) only when it is a service of its own; trainer.hosts_reference left null hosts it in a trainer of several
+    processes whose mesh the reference would share."""
     from forge_exp.runtime.layout import plan_for
     from tests.config.helpers import typed
 
-    config = typed("services=three_gpu", *overrides)
+    config = typed(*overrides)
     meshes = plan_for(config)
     assert config.reference_service is service
     assert any("ref_model" in m.services for m in meshes.values()) is service
-    assert gpus_needed(meshes) == (3 if service else 2)
+    if "services=three_gpu" in overrides:
+        assert gpus_needed(meshes) == (3 if service else 2)
 
 
 def test_single_gpu_colocates_trainer_reference_and_generator_on_gpu0():

@@ -69,13 +69,13 @@ def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(tmp_path):
 def test_the_reference_model_in_the_trainers_engine(tmp_path, warmstart_cache):
     """trainer.hosts_reference: the KL term's reference model is a frozen copy in the titan trainer's processes
     (FSDP over 2: each scores its share of the rows; the trainer answers the reference calls, no ref_model service
-    starts). On-policy steps give the KL of the same run with the reference service of its own; with rollouts
+    starts), as the knob left null has it for a trainer of two processes whose mesh the reference would share.
+    On-policy steps give the KL of the same run with the reference service on a mesh of its own; with rollouts
     overlapping training (the default max_policy_age=1) the reference calls interleave with the train steps."""
     common = ["steps=3", "algorithm.beta=0.04", "dataset.eval_size=16", "progress=false", *FSDP2]
     client = forge_exp(tmp_path, "service", *common, "algorithm.max_policy_age=0", "services.ref_model.mesh=''",
                        cache=warmstart_cache)  # a mesh of its own: one process, beside the two of the trainer
-    forge_exp(tmp_path, "hosted", *common, "algorithm.max_policy_age=0", "trainer.hosts_reference=true",
-              cache=warmstart_cache)
+    forge_exp(tmp_path, "hosted", *common, "algorithm.max_policy_age=0", cache=warmstart_cache)  # null: hosted
     forge_exp(tmp_path, "overlap", *common, "steps=6", "trainer.hosts_reference=true", cache=warmstart_cache)
     kl, callers = {}, {}
     for name in ("service", "hosted", "overlap"):

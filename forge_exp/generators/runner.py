@@ -143,13 +143,13 @@ class DecodeRunner:
         heads = torch.tensor([r.slot for r in distinct], device=dev)
         logits = self.decoder.prefill([r.prompt for r in distinct], heads)  # [distinct, V]
         src = [first[tuple(r.prompt)] for r in rows]
-        repeats = [(distinct[j].slot, r.slot, len(r.prompt)) for j, r in zip(src, rows) if distinct[j].slot != r.slot]
         if self.shared:  # the repeats read the prompt from its first sample's slot
             self.pslot[idx] = torch.tensor([distinct[j].slot for j in src], device=dev)
             self.plen[idx] = torch.tensor([len(r.prompt) if distinct[j].slot != r.slot else 0
                                            for j, r in zip(src, rows)], device=dev)
-        else:
-            self.decoder.copy_prefix(repeats)
+        else:  # the repeats get copies
+            self.decoder.copy_prefix([(distinct[j].slot, r.slot, len(r.prompt)) for j, r in zip(src, rows)
+                                      if distinct[j].slot != r.slot])
         self.prefill_tokens += sum(len(r.prompt) for r in distinct)
         logits = logits[torch.tensor(src, device=dev)] if len(distinct) < len(rows) else logits
         for r, n in zip(rows, lens):

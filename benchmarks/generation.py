@@ -462,8 +462,8 @@ def gpu(args) -> dict:
                         row.update(run_native(model, prompts, new))
                     elif name == "native_groups8":  # GRPO's rows: batch / 8 prompts, 8 samples each
                         row.update(run_native(model, prompts, new, group=8))
-                    elif name == "native_groups8_shared":  # the same, the samples reading one copy of the prompt
-                        row.update(run_native(model, prompts, new, group=8, share_prompt_kv=True))
+                    elif name == "native_groups8_copies":  # the same, each sample reading its own copy of the prompt
+                        row.update(run_native(model, prompts, new, group=8, share_prompt_kv=False))
                     elif name == "native_sync64":
                         row.update(run_native(model, prompts, new, sync_every=64))
                     elif name == "native_no_lookahead":  # the host reads each chunk back before queuing the next

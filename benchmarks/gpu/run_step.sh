@@ -20,12 +20,10 @@
 #   ga1_sync8    + generator.sync_every=8: decode chunks of 8 steps (16 on GPU by default): a new batch and new
 #                weights wait for less of a chunk in flight
 #   ga1_sync4    + generator.sync_every=4
-#   ga1_shared   + generator.share_prompt_kv=true: a prompt's samples read its K/V from one slot, not 8 copies
-#   ga1_age2_shared  ga1_age2 + generator.share_prompt_kv=true
-#   ga1_hosted   + trainer.hosts_reference=true: the reference model a frozen TorchTitan copy in the trainer's process
-#   ga1_both     + generator.share_prompt_kv=true trainer.hosts_reference=true
-#   ga1_age2_both    ga1_both + algorithm.max_policy_age=2
-#   ga1_both_sync8   ga1_both + generator.sync_every=8
+#   ga1_copies   + generator.share_prompt_kv=false: each of a prompt's samples reads its own copy of the prompt's K/V
+#   ga1_service  + trainer.hosts_reference=false: the reference model a transformers service beside the trainer
+#   ga1_neither  + both of the above (the defaults before 8895189 and 1e64657 were flipped)
+#   ga1_age2_neither ga1_age2 + both of the above
 #   ga1_vllm     ga1 with generator=vllm (vLLM 0.26 in a process of its own, 30% of the GPU, an 8 GiB KV cache)
 #   base_ga4     ga4 with trainer.compile=true, run by the forge_exp installed at $BASE_SITE (an earlier commit,
 #                A/B in one call; before this change compile was off unless set)
@@ -47,17 +45,15 @@ declare -A VARIANTS=(
   [ga1_nolookahead]="${TITAN[*]} algorithm.grad_accum=1 generator.lookahead=false"
   [ga1_sync8]="${TITAN[*]} algorithm.grad_accum=1 generator.sync_every=8"
   [ga1_sync4]="${TITAN[*]} algorithm.grad_accum=1 generator.sync_every=4"
-  [ga1_shared]="${TITAN[*]} algorithm.grad_accum=1 generator.share_prompt_kv=true"
-  [ga1_age2_shared]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=2 generator.share_prompt_kv=true"
-  [ga1_hosted]="${TITAN[*]} algorithm.grad_accum=1 trainer.hosts_reference=true"
-  [ga1_both]="${TITAN[*]} algorithm.grad_accum=1 generator.share_prompt_kv=true trainer.hosts_reference=true"
-  [ga1_age2_both]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=2 generator.share_prompt_kv=true trainer.hosts_reference=true"
-  [ga1_both_sync8]="${TITAN[*]} algorithm.grad_accum=1 generator.sync_every=8 generator.share_prompt_kv=true trainer.hosts_reference=true"
+  [ga1_copies]="${TITAN[*]} algorithm.grad_accum=1 generator.share_prompt_kv=false"
+  [ga1_service]="${TITAN[*]} algorithm.grad_accum=1 trainer.hosts_reference=false"
+  [ga1_neither]="${TITAN[*]} algorithm.grad_accum=1 generator.share_prompt_kv=false trainer.hosts_reference=false"
+  [ga1_age2_neither]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=2 generator.share_prompt_kv=false trainer.hosts_reference=false"
   [ga1_vllm]="${TITAN[*]} algorithm.grad_accum=1 generator=vllm generator.gpu_memory_utilization=0.3 generator.kv_cache_gib=8"
   [base_ga4]="${TITAN[*]} trainer.compile=true algorithm.grad_accum=4"
   [base_ga1]="${TITAN[*]} algorithm.grad_accum=1"
 )
-ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_shared ga1_age2_shared ga1_hosted ga1_both ga1_age2_both ga1_both_sync8 hf_ga4 ga1_vllm base_ga4 base_ga1)
+ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither hf_ga4 ga1_vllm base_ga4 base_ga1)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
 for tag in "${TAGS[@]}"; do

@@ -105,13 +105,12 @@ class ForgeConfig:
 
     @property
     def trainer_hosts_reference(self) -> bool:
-        """trainer.hosts_reference as this run resolves it (null: when a reference service would share the mesh of
-        a trainer of several processes); False for an engine without the knob."""
+        """trainer.hosts_reference as this run resolves it (null: when a reference service would share the trainer's
+        mesh); False for an engine without the knob."""
         hosts = getattr(self.trainer, "hosts_reference", False)
         if hosts is None:
             services = self.services
-            shared = (services.ref_model.mesh or "ref_model") == (services.trainer.mesh or "trainer")
-            return shared and services.trainer.procs > 1
+            return (services.ref_model.mesh or "ref_model") == (services.trainer.mesh or "trainer")
         return hosts
 
     def __post_init__(self) -> None:

@@ -59,8 +59,8 @@ class NativeKnobs(EngineOptions):
     prefill_tokens: int = 8192  # prompt tokens per prefill forward (bounds its activation memory)
     # the samples of a prompt read its K/V from the first sample's slot instead of copies in their own (GPU only:
     # the Triton attention kernel; the torch ops always copy). Fewer bytes a decode step (~1.6 of ~7.1 GB at 64
-    # rows of the gpu.md shape); off until benchmarks/gpu.md has measured it (docs/generators.md)
-    share_prompt_kv: bool = False
+    # rows of the gpu.md shape), 2-3% more tokens/s alone on the H200 (benchmarks/gpu.md; docs/generators.md)
+    share_prompt_kv: bool = True
     eos_token_ids: Optional[List[int]] = None  # null: the tokenizer's EOS and the model's generation_config EOS
 
     ALONE_SLOTS: ClassVar[int] = 256

@@ -54,12 +54,14 @@ TITAN_2 = ["trainer=titan", "parallelism=fsdp", "services.trainer.procs=2"]
     (["services=three_gpu", "algorithm.beta=0.04", "trainer=titan"], True),  # null: a mesh of its own there
     (["services=cpu", "algorithm.beta=0.04", *TITAN_2], False),  # null: the trainer's mesh, two processes
     (["services=cpu", "algorithm.beta=0.04", *TITAN_2, "services.ref_model.mesh=''"], True),
-    (["services=cpu", "algorithm.beta=0.04", "trainer=titan"], True),  # null: one trainer process
-], ids=["kl", "no_kl", "lora", "hosted", "titan_own_mesh", "titan_2_procs", "titan_2_procs_own_mesh", "titan_1_proc"])
+    (["services=cpu", "algorithm.beta=0.04", "trainer=titan"], False),  # null: the trainer's mesh, one process
+    (["services=cpu", "algorithm.beta=0.04", "trainer=titan", "trainer.hosts_reference=false"], True),
+], ids=["kl", "no_kl", "lora", "hosted", "titan_own_mesh", "titan_2_procs", "titan_2_procs_own_mesh", "titan_1_proc",
+    "titan_1_proc_service"])
 def test_a_run_plans_a_reference_service_only_when_no_trainer_answers_for_it(overrides, service):
     """plan_for (what preflight and the CLI use) plans the reference model's mesh (with services=three_gpu, its
-    GPU) only when it is a service of its own; trainer.hosts_reference left null hosts it in a trainer of several
-    processes whose mesh the reference would share."""
+    GPU) only when it is a service of its own; trainer.hosts_reference left null hosts it in a titan trainer whose
+    mesh the reference would share."""
     from forge_exp.runtime.layout import plan_for
     from tests.config.helpers import typed
 

@@ -78,7 +78,8 @@ class TitanTrainer:
         `param_dtype`: compute dtype of the forward/backward (FSDP2 mixed precision; default bf16 on GPU, float32 on
         CPU); weights, gradients' reduction and AdamW state stay float32. `compile`: TorchTitan's per-block
         torch.compile; None: on CUDA, off on CPU (Inductor's C++ build costs more there than it saves).
-        `frozen`: a model that only scores (`score`: a reference model), with no gradients and no optimizer."""
+        `frozen`: a model that only scores (`score`: a reference model), with no gradients and no optimizer, its weights
+        stored in `param_dtype` (no float32 master copy: nothing updates them)."""
         if activation_checkpointing not in AC_MODES:
             raise ValueError(f"activation_checkpointing must be one of {AC_MODES}, got {activation_checkpointing!r}")
         titan()
@@ -105,6 +106,9 @@ class TitanTrainer:
         self.parallel_dims = pd = parallel_dims(degrees, self.device.type)
         with torch.device("meta"):
             model = config.build()
+        if frozen:  # its weights in the compute dtype, which FSDP2 would cast them to for every forward anyway
+            for param in model.parameters():  # (parameters only: the RoPE cache stays as built; ties stay tied)
+                param.data = param.data.to(self.param_dtype)
         model = parallelize_fn(arch)(
             model,
             parallel_dims=pd,

@@ -102,3 +102,18 @@ def test_a_frozen_engine_scores_like_the_transformers_model(case, parallelism, p
         assert scores.shape == want.shape and rel(scores, want) <= TOL
     assert all(torch.equal(a, b) for rank in got["every_rank"] for a, b in zip(rank, got["scores"]))
     assert got["optimizer"] is None and got["trainable"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallelism,procs", [("single", 1), ("fsdp", 2)])
+def test_a_frozen_engine_stores_its_weights_in_the_compute_dtype(case, parallelism, procs):
+    """The hosted reference keeps bf16 weights (2 bytes a parameter, not a float32 master copy) and scores exactly as
+    an engine that keeps float32 weights and computes in bf16: FSDP2 casts those to bf16 for every forward."""
+    c = case("qwen3")
+    got = run_world(procs, c["tmp"] / "runs", "reference_dtype_job", checkpoint=c["checkpoint"], batches=c["batches"],
+                    parallelism=parallelism)
+    assert got["stored"] == {"frozen": ["torch.bfloat16"], "policy": ["torch.float32"]}
+    for frozen, policy in got["scores"]:
+        assert frozen.dtype == torch.float32 and torch.count_nonzero(frozen) > 0
+        assert torch.equal(frozen, policy)
+

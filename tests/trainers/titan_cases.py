@@ -174,6 +174,24 @@ def reference_job(checkpoint: str, batches: str, parallelism: str) -> dict:
             "trainable": [n for n, p in reference.model.named_parameters() if p.requires_grad]}
 
 
+def reference_dtype_job(checkpoint: str, batches: str, parallelism: str) -> dict:
+    """A frozen engine computing in bf16 beside a trainable one on the same weights (float32 masters, cast by FSDP2
+    for each forward): both engines' scores of each batch, and the dtypes each stores (read before a forward, which
+    leaves some of a trainable engine's modules holding their bf16 copies)."""
+    from forge_exp.trainers.parallel import degrees
+    from forge_exp.trainers.titan import TitanTrainer
+
+    d = degrees(parallelism, dist.get_world_size())
+    kw = dict(degrees=d, lr=0.0, param_dtype=torch.bfloat16)
+    reference = TitanTrainer.from_pretrained(checkpoint, loss=None, frozen=True, **kw)
+    policy = TitanTrainer.from_pretrained(checkpoint, loss=loss_fn(), **kw)
+    stored = {name: sorted({str(p.dtype) for p in e.model.parameters()}) for name, e in [("frozen", reference),
+                                                                                       ("policy", policy)]}
+    scores = [(reference.score(b, TEMPERATURE), policy.score(b, TEMPERATURE))
+              for b in torch.load(batches, weights_only=False)]
+    return {"scores": scores, "stored": stored}
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30))
 

@@ -14,7 +14,9 @@ one runs. Every call is collective: the trainer actor's processes all receive it
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -57,37 +59,46 @@ class TitanBackend:
         spec = model.loading(init_path)
         self.tokenizer = spec.tokenizer()
         self.sync_dtype = DTYPES[model.dtype]  # what moves to the generators (they hold model.dtype)
-        self._tmp = None
-        source = self._hf_dir(spec)
         # how the model is built and run, for the reference model too (load_reference)
         self._built = dict(degrees=degrees, device=device, param_dtype=DTYPES[param_dtype] if param_dtype else None,
                            compile=compile, attention=attention, chunk_rows=chunk_rows)
-        self.trainer = TitanTrainer.from_pretrained(
-            source, loss=loss, lr=lr, weight_decay=weight_decay, activation_checkpointing=activation_checkpointing,
-            **self._built,
-        )
+        with self._hf_dir(spec) as source:
+            self.trainer = TitanTrainer.from_pretrained(
+                source, loss=loss, lr=lr, weight_decay=weight_decay, activation_checkpointing=activation_checkpointing,
+                **self._built,
+            )
         if resume_step:
             self.trainer.load(Path(init_path) / DCP)
         self.model = self.trainer.model
         self.sharded_weights = self.trainer  # named_full_weights / weight_layout: what weight sync gathers from
         self.step = resume_step
-        self._model, self._first = model, None if init_path else source  # the model's own weights, as first loaded
+        self._model = model  # the model's own weights (the reference model's when no path is given)
         self.reference = None
 
-    def _hf_dir(self, spec: ModelSpec) -> str:
-        """An HF directory to read the weights from: the model's own, or (a randomly initialised model) its fresh
-        weights written by rank 0 to a directory every rank then reads."""
-        if spec.path:
-            return spec.path
-        if getattr(spec, "hf_id", None):
-            return _hub_dir(spec.hf_id)
-        name = [tempfile.mkdtemp(prefix="forge-exp-titan-")] if self.rank == 0 else [None]
-        dist.broadcast_object_list(name, src=0)
-        if self.rank == 0:
-            spec.build().save_pretrained(name[0])
+    @contextlib.contextmanager
+    def _hf_dir(self, spec: ModelSpec):
+        """An HF directory to read the weights from (collective): the model's own, or (a randomly initialised model,
+        its weights the same at every build) its weights written by rank 0 to a directory every rank reads, removed
+        once all have."""
+        if spec.path or getattr(spec, "hf_id", None):
+            yield spec.path or _hub_dir(spec.hf_id)
+            return
+        with self._scratch("forge-exp-titan-") as where:
+            if self.rank == 0:
+                spec.build().save_pretrained(where)
+            dist.barrier()
+            yield where
+
+    @contextlib.contextmanager
+    def _scratch(self, prefix: str):
+        """A directory rank 0 makes and every rank is told of (collective), which rank 0 removes when every rank is
+        done with it (after an error it stays: the other ranks may still be reading it)."""
+        where = [tempfile.mkdtemp(prefix=prefix) if self.rank == 0 else None]
+        dist.broadcast_object_list(where, src=0)
+        yield where[0]
         dist.barrier()
-        self._tmp = name[0]
-        return name[0]
+        if self.rank == 0:
+            shutil.rmtree(where[0], ignore_errors=True)
 
     # --- the calls of trainers/hf.py ------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch, *, grad_accum: int, max_grad_norm: float, temperature: float,
@@ -100,12 +111,12 @@ class TitanBackend:
     def load_reference(self, path: str | None) -> None:
         """The KL term's reference model in this engine (trainer.hosts_reference): a frozen copy of the weights at
         `path` (the run's initial policy; None: the model's own), sharded, compiled and run like the policy, so no
-        reference service of its own holds a whole transformers copy. Its weights stay float32 (FSDP2 keeps them
-        so and casts to param_dtype for the forward, as for the policy)."""
+        reference service of its own holds a whole transformers copy. Its weights are stored in param_dtype (nothing
+        updates them)."""
         from forge_exp.trainers.titan import TitanTrainer
 
-        source = path or self._first or self._hf_dir(self._model)
-        self.reference = TitanTrainer.from_pretrained(source, loss=None, lr=0.0, frozen=True, **self._built)
+        with contextlib.nullcontext(path) if path else self._hf_dir(self._model) as source:
+            self.reference = TitanTrainer.from_pretrained(source, loss=None, lr=0.0, frozen=True, **self._built)
 
     def ref_logprobs(self, batch: TrainBatch, temperature: float) -> torch.Tensor:
         """[B, R] logprobs of the responses under the reference model (load_reference), on every rank."""
@@ -131,15 +142,15 @@ class TitanBackend:
         from forge_exp.data.tool_arithmetic import warmstart_inputs
         from forge_exp.models.warmstart import warmstart
 
-        metrics, where = {}, [tempfile.mkdtemp(prefix="forge-exp-warm-") if self.rank == 0 else None]
-        dist.broadcast_object_list(where, src=0)
+        metrics = {}
         hf = _hf_model_of(self)  # collective: every rank takes part in gathering the weights
-        if self.rank == 0:
-            metrics = warmstart(hf, self.tokenizer, **warmstart_inputs(items, seed), steps=steps, lr=lr,
-                                batch_size=batch_size, target_accuracy=target_accuracy)
-            hf.save_pretrained(where[0])
-        dist.barrier()
-        self.trainer.load_hf(where[0])
+        with self._scratch("forge-exp-warm-") as where:
+            if self.rank == 0:
+                metrics = warmstart(hf, self.tokenizer, **warmstart_inputs(items, seed), steps=steps, lr=lr,
+                                    batch_size=batch_size, target_accuracy=target_accuracy)
+                hf.save_pretrained(where)
+            dist.barrier()
+            self.trainer.load_hf(where)
         self.save(directory, optimizer=False)
         return metrics
 

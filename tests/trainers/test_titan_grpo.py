@@ -5,8 +5,11 @@ a sharded checkpoint saved with 2 processes resumes with 1, into the same MLflow
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,11 +23,11 @@ SHORT = ["steps=30", "dataset.eval_size=100", "progress=false"]
 FSDP2 = ["trainer=titan", "parallelism=fsdp", "services.trainer.procs=2"]
 
 
-def forge_exp(tmp_path, name: str, *args: str, cache) -> MlflowClient:
+def forge_exp(tmp_path, name: str, *args: str, cache, env: dict | None = None) -> MlflowClient:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cmd = [sys.executable, "-m", "forge_exp.cli", *args, f"tracking.run_name={name}", f"hydra.run.dir={tmp_path}/{name}",
            f"tracking.uri={uri}", f"model.warmstart.cache_dir={cache}"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stderr[-4000:]
     return MlflowClient(uri)
 
@@ -53,10 +56,18 @@ def test_fsdp_over_two_processes_learns_like_one_process(tmp_path, warmstart_cac
 
 def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(tmp_path):
     """Warm start by the titan engine itself (a fresh cache), 4 steps on FSDP-2 with a checkpoint every 2, then
-    resume=true on one process to step 6: one MLflow run, each step once, the optimizer's step count continued."""
+    resume=true on one process to step 6: one MLflow run, each step once, the optimizer's step count continued. The
+    directories the engine writes the random initial weights and the warm start to for its ranks to read are gone
+    after each run."""
     run = ["model.warmstart.steps=20", "checkpoint.every=2", "dataset.eval_size=16", "progress=false",
            "algorithm.lr=1e-3"]
-    forge_exp(tmp_path, "r", *run, *FSDP2, "steps=4", cache=tmp_path / "cache")
+    scratch = Path(tempfile.mkdtemp(prefix="fx-", dir="/tmp"))  # short: Monarch's sockets live in TMPDIR too
+    try:
+        forge_exp(tmp_path, "r", *run, *FSDP2, "steps=4", cache=tmp_path / "cache", env={"TMPDIR": str(scratch)})
+        left = [p.name for p in scratch.iterdir() if p.name.startswith(("forge-exp-titan-", "forge-exp-warm-"))]
+        assert not left, left
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     client = forge_exp(tmp_path, "r", *run, "trainer=titan", "steps=6", "resume=true", cache=tmp_path / "cache")
     (only,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert only.info.status == "FINISHED"

@@ -17,6 +17,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 STARTED=() # pid files of the daemons this run started: a failed start stops them again
+# the pid each of them was spawned as, by pid file: the daemons write their pid files themselves too, and a file being
+# rewritten reads empty for a moment, so the pids this run checks and stops are the ones it remembers
+declare -A SPAWNED=()
 
 die() {
     log "ERROR: $*"
@@ -27,7 +30,7 @@ die() {
         tail -n 20 "$f" >&2
     done
     for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
-        pid="$(read_pid "${STARTED[i]}")"
+        pid="${SPAWNED[${STARTED[i]}]}"
         pid_live "$pid" || continue
         log "stopping pid $pid, started by this run"
         kill -TERM "$pid" 2>/dev/null || true
@@ -44,13 +47,14 @@ spawn() {
     local pidfile="$1" out="$2"
     shift 2
     setsid "$@" </dev/null >>"$out" 2>&1 9>&- &
+    SPAWNED[$pidfile]=$!
     echo $! >"$pidfile"
     STARTED+=("$pidfile")
 }
 
-# up PIDFILE: the daemon just spawned has not exited. Its name is not checked: for a moment after the fork it is
-# still this script or setsid, until the exec.
-up() { pid_live "$(read_pid "$1")"; }
+# up PIDFILE: the daemon just spawned for PIDFILE has not exited. Its name is not checked: for a moment after the
+# fork it is still this script or setsid, until the exec.
+up() { pid_live "${SPAWNED[$1]}"; }
 
 for cmd in munged munge unmunge mungekey slurmctld slurmd sinfo sbatch scontrol squeue scancel srun; do
     command -v "$cmd" >/dev/null ||
@@ -176,7 +180,7 @@ if [[ "$sock" != /run/munge/* ]]; then
             sleep 0.1
         done
         munge_ok "$sock" || die "munged did not come up on $sock"
-        log "started munged (pid $(read_pid "$MUNGED_PID"))"
+        log "started munged (pid ${SPAWNED[$MUNGED_PID]})"
     fi
 else
     munge_ok "$sock" || die "munge socket $sock (system munged) does not answer"
@@ -192,13 +196,13 @@ if [[ -z "$ctld_pid" ]]; then
         sleep 0.1
     done
     scontrol ping 2>/dev/null | grep -q UP || die "slurmctld does not answer 'scontrol ping'"
-    log "started slurmctld (pid $(read_pid "$CTLD_PID"))"
+    log "started slurmctld (pid ${SPAWNED[$CTLD_PID]})"
 fi
 
 # --- slurmd --------------------------------------------------------------------------------------------
 if [[ -z "$slurmd_pid" ]]; then
     spawn "$SLURMD_PID" "$LOGS/slurmd.out" slurmd -D -f "$CONF" -N "$node"
-    log "started slurmd (pid $(read_pid "$SLURMD_PID"))"
+    log "started slurmd (pid ${SPAWNED[$SLURMD_PID]})"
 fi
 
 # --- wait for the node -----------------------------------------------------------------------------------

@@ -108,7 +108,7 @@ def test_the_engine_keeps_a_shared_prompt_until_its_last_sample_is_done(monkeypa
     """The engine on these kernels with share_prompt_kv: the samples of a prompt read its K/V from the first
     sample's slot. Rows stop at an EOS at different steps and 18 rows go through 5 slots, so slots are taken again
     while samples of other prompts still read theirs: the tokens and logprobs are still the eager path's, and every
-    slot is free at the end. Without the knob (the default) the engine copies, with the same result."""
+    slot is free at the end. With the knob off the engine copies, with the same result."""
     from forge_exp.generators import native
     from forge_exp.generators.base import Sampling
     from tests.generators.helpers import PROMPTS, TOK, assert_same, eager, encode, engine, peaky_model, run
@@ -127,7 +127,7 @@ def test_the_engine_keeps_a_shared_prompt_until_its_last_sample_is_done(monkeypa
     assert_same(got, eager(peaky_model(seed=3).to(DEVICE), prompts, sampling, eos=eos))
     assert e.runner.shared and shared > 0  # the last rows admitted read a prompt from another slot
     assert idle  # every slot free again, held by no row
-    with engine(peaky_model(seed=3).to(DEVICE), slots=5, eos_token_ids=[eos]) as e:  # the default: copies
+    with engine(peaky_model(seed=3).to(DEVICE), slots=5, eos_token_ids=[eos], share_prompt_kv=False) as e:  # copies
         assert_same(run(e.generate(prompts, sampling)), got)
         assert not e.runner.shared and not bool((e.runner.plen > 0).any())
 

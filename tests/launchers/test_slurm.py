@@ -174,6 +174,24 @@ def test_start_waits_for_a_daemon_that_is_slow_to_exec(slurm_cluster, tmp_path_f
 
 @pytest.mark.slurm
 @pytest.mark.timeout(90)
+def test_start_waits_for_a_daemon_rewriting_its_pid_file(slurm_cluster, tmp_path_factory):
+    """slurmctld writes its own pid file (SlurmctldPidFile), which reads empty between its truncation and the write;
+    on a loaded machine start.sh read that as an exited daemon, failed, and left the slurmctld it had started
+    running. Here the window lasts a second: start.sh checks the pid it spawned, not the file."""
+    state = tmp_path_factory.mktemp("slurm-pidfile")
+    real = shutil.which("slurmctld", path=SBIN_PATH)
+    shims = _shim(state.parent / f"{state.name}-bin", "slurmctld",
+                  f': > "{state}/run/slurmctld.pid"\nsleep 1\nexec {real} "$@"').parent
+    env, proc = start_cluster(state, bin_first=shims)
+    try:
+        assert "started slurmctld" in proc.stderr and "UP" in run_script(["scontrol", "ping"], env).stdout
+    finally:
+        run_script([str(SLURM_DIR / "stop.sh")], env)
+    assert live_processes(("slurmd", "slurmctld", "munged"), env_match=f"SLURM_CONF={state}/slurm.conf") == []
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(90)
 def test_a_failed_start_stops_what_it_started(slurm_cluster, tmp_path_factory):
     """slurmd exits at once: start.sh fails naming it, and the munged and slurmctld it had started are stopped."""
     state = tmp_path_factory.mktemp("slurm-fail")

@@ -6,6 +6,7 @@
 #   source benchmarks/gpu/install.sh && python3 benchmarks/gpu/make_model.py --out /tmp/gpubench
 #   bash benchmarks/gpu/run_step.sh                  # every variant below
 #   bash benchmarks/gpu/run_step.sh ga1 ga1_seq      # some of them
+#   bash benchmarks/gpu/run_step.sh ga1 ga1          # one twice (the second run's outputs named ga1_2)
 #   BASE_SITE=/tmp/site_base bash benchmarks/gpu/run_step.sh base_ga4   # a variant on another install of forge_exp
 #
 # Variants (tag: overrides after trainer=titan, whose per-block compile is on for CUDA unless set):
@@ -56,14 +57,20 @@ declare -A VARIANTS=(
 ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither hf_ga4 ga1_vllm base_ga4 base_ga1)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
+declare -A SEEN=()
+NAMES=()  # a variant named twice runs twice, its second run's outputs named <tag>_2
 for tag in "${TAGS[@]}"; do
   [ -n "${VARIANTS[$tag]:-}" ] || { echo "unknown variant $tag (one of ${ORDER[*]})" >&2; exit 2; }
+  SEEN[$tag]=$(( ${SEEN[$tag]:-0} + 1 ))
+  name=$tag
+  [ "${SEEN[$tag]}" -eq 1 ] || name=${tag}_${SEEN[$tag]}
+  NAMES+=("$name")
   read -r -a overrides <<< "${VARIANTS[$tag]}"
   if [[ $tag == base_* ]]; then
-    PYTHONPATH="${BASE_SITE:?BASE_SITE: the earlier forge_exp install}:$PYTHONPATH" TAG=$tag \
+    PYTHONPATH="${BASE_SITE:?BASE_SITE: the earlier forge_exp install}:$PYTHONPATH" TAG=$name \
       bash "$HERE/run_layouts.sh" single_gpu "${overrides[@]}" || true
   else
-    TAG=$tag bash "$HERE/run_layouts.sh" single_gpu "${overrides[@]}" || true
+    TAG=$name bash "$HERE/run_layouts.sh" single_gpu "${overrides[@]}" || true
   fi
 done
-python3 "$HERE/step_table.py" "$OUT" "${TAGS[@]}"
+python3 "$HERE/step_table.py" "$OUT" "${NAMES[@]}"

@@ -39,7 +39,7 @@ class TitanTrainerConfig(TrainerBackend):
     chunk_rows: int = 4096  # rows of logits alive at once in the chunked logprobs (memory vs speed)
     param_dtype: Optional[DType] = None  # compute dtype; null: bfloat16 on GPU, float32 on CPU (weights stay float32)
     # the KL term's reference model (algorithm.beta > 0) runs in the trainer's processes on this engine: a frozen
-    # copy of the initial weights, sharded, compiled and run like the policy (float32 weights, as the policy's),
+    # copy of the initial weights, sharded, compiled and run like the policy (its weights in the compute dtype),
     # instead of a transformers model in a service of its own (services.ref_model is then unused). null: when that
     # service would share the trainer's mesh (every services= layout but three_gpu puts it there): on one GPU it
     # scored a batch in 0.16 s against the service's 0.24 (benchmarks/gpu.md), and a one-process service cannot

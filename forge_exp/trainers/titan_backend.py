@@ -115,7 +115,7 @@ class TitanBackend:
         updates them)."""
         from forge_exp.trainers.titan import TitanTrainer
 
-        with contextlib.nullcontext(path) if path else self._hf_dir(self._model) as source:
+        with self._hf_dir(self._model.loading(path)) as source:
             self.reference = TitanTrainer.from_pretrained(source, loss=None, lr=0.0, frozen=True, **self._built)
 
     def ref_logprobs(self, batch: TrainBatch, temperature: float) -> torch.Tensor:

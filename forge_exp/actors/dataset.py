@@ -4,8 +4,8 @@ reached: a file's (epoch, row) where the source tracks it (data/hf.py), else the
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
+from collections.abc import Iterator
 
 from monarch.actor import Actor, endpoint
 
@@ -16,12 +16,12 @@ from forge_exp.runtime.build import build
 class DatasetService(Actor):
     def __init__(self, dataset, model, *, devices, threads):
         self.factory, self.heldout = build(dataset, "dataset").problems(build(model, "model").tokenizer())
-        self.train = iter(self.factory())
+        self.train = Draws(self.factory())
         self.drawn = 0
 
     @endpoint
     async def sample(self, n: int) -> list[Problem]:
-        problems = [next(self.train) for _ in range(n)]
+        problems = self.train.take(n)
         self.drawn += n
         return problems
 
@@ -29,7 +29,7 @@ class DatasetService(Actor):
     async def skip(self, n: int) -> None:
         """Draw n problems and drop them here (a warm start's share of the stream, 76,800 at the tiny default's
         settings: sending them back would cost more than drawing them)."""
-        drop(self.train, n)
+        self.train.drop(n)
         self.drawn += n
 
     @endpoint
@@ -45,13 +45,37 @@ class DatasetService(Actor):
     @endpoint
     async def restore(self, state: dict) -> None:
         if state.get("position") is not None and hasattr(self.factory, "position"):
-            self.train = iter(self.factory(*state["position"]))
+            self.train = Draws(self.factory(*state["position"]))
         else:  # a seeded stream without a position (the synthetic task): draw as many again
-            self.train = iter(self.factory())
-            drop(self.train, state["drawn"])
+            self.train = Draws(self.factory())
+            self.train.drop(state["drawn"])
         self.drawn = state["drawn"]
 
 
-def drop(stream, n: int) -> None:
-    """Draw n items of `stream` and keep none."""
-    deque(itertools.islice(stream, n), maxlen=0)
+class Draws:
+    """The endless prompt stream, drawn n at a time. Once the stream has raised (a bad row, no usable row), every
+    later draw raises that same error: a generator that raised is over, so the draw of a batch generating beside the
+    one that met the row would otherwise fail with a bare StopIteration and could be the failure the run reports."""
+
+    def __init__(self, stream: Iterator[Problem]):
+        self.stream, self.error = iter(stream), None
+
+    def take(self, n: int) -> list[Problem]:
+        return list(self._draw(n))
+
+    def drop(self, n: int) -> None:
+        """Draw n problems and keep none."""
+        deque(self._draw(n), maxlen=0)
+
+    def _draw(self, n: int) -> Iterator[Problem]:
+        if self.error is not None:
+            raise self.error
+        try:
+            for _ in range(n):
+                yield next(self.stream)
+        except StopIteration:
+            self.error = RuntimeError("the prompt stream ended (it is endless unless its source failed)")
+            raise self.error from None
+        except Exception as e:
+            self.error = e
+            raise

@@ -18,10 +18,12 @@ FSDP2 with float32 master weights kept sharded and `param_dtype` compute), then 
 shard. Every rank receives the whole TrainBatch; its data-parallel coordinate picks its micro-batches, and the ranks
 of one TP group run the same ones.
 
-Layout: each row's real tokens are packed to the left ([prompt | response | pads]) so that plain causal attention
-is exact without a padding mask, with positions 0..n-1 equal to the generator's (models/generate.py). The LM head
-is not run by the model (`_skip_lm_head`): the response positions' hidden states go through the chunked head of
-models/logprobs.py, vocabulary-parallel under TP, so [B, R, V] logits never exist.
+Layout (trainers/packing.py): each row's real tokens are packed to the left ([prompt | response | pads]) so that
+plain causal attention is exact without a padding mask, with positions 0..n-1 equal to the generator's
+(models/generate.py); with `share_prompts` the rows sharing a prompt are one sequence, [prompt | responses | pads],
+under a mask that keeps each response to the prompt and itself. The LM head is not run by the model
+(`_skip_lm_head`): the response positions' hidden states go through the chunked head of models/logprobs.py,
+vocabulary-parallel under TP, so [B, R, V] logits never exist.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from forge_exp.models.logprobs import CHUNK_ROWS, head_logprobs
 from forge_exp.rl.types import TrainBatch
 from forge_exp.trainers.update import micro_batches, to_device, train_step
 from forge_exp.trainers import titan_checkpoint
+from forge_exp.trainers.packing import dense_mask, pack_groups, pack_left, prompt_sharing_mask
 from forge_exp.trainers.parallel import Degrees, check_model, parallel_dims
 from forge_exp.trainers.titan_compat import titan
 from forge_exp.trainers.titan_models import (
@@ -71,6 +74,7 @@ class TitanTrainer:
         compile: bool | None = None,
         attention: str = "sdpa",
         chunk_rows: int = CHUNK_ROWS,
+        share_prompts: bool = False,
         seed: int = 0,
         frozen: bool = False,
     ):
@@ -78,6 +82,7 @@ class TitanTrainer:
         `param_dtype`: compute dtype of the forward/backward (FSDP2 mixed precision; default bf16 on GPU, float32 on
         CPU); weights, gradients' reduction and AdamW state stay float32. `compile`: TorchTitan's per-block
         torch.compile; None: on CUDA, off on CPU (Inductor's C++ build costs more there than it saves).
+        `share_prompts`: the rows of a micro-batch that share a prompt run it once (trainers/packing.pack_groups).
         `frozen`: a model that only scores (`score`: a reference model), with no gradients and no optimizer, its weights
         stored in `param_dtype` (no float32 master copy: nothing updates them)."""
         if activation_checkpointing not in AC_MODES:
@@ -93,7 +98,7 @@ class TitanTrainer:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.param_dtype = param_dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        self.attention = attention
+        self.attention, self.share_prompts = attention, share_prompts
 
         parallelism = ParallelismConfig(
             data_parallel_replicate_degree=degrees.dp_replicate,
@@ -196,13 +201,18 @@ class TitanTrainer:
     def logprobs(self, mb: TrainBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """`(logprobs [b, R], entropy [b, R])` float32 of a micro-batch on this rank's device, 0 off the response
         mask; differentiable."""
-        ids, index = pack_left(mb.prompt_ids, mb.prompt_mask, mb.response_ids)  # [b, L], [b, R]
-        masks = self._causal_mask(ids.shape[1]) if self.attention == "flex" else None
-        hidden = self.model(ids, None, masks)  # [b, L, D] after the final norm
+        b, R = mb.response_ids.shape
+        if self.share_prompts:
+            packed = pack_groups(mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask)
+            hidden = self.model(packed.ids, packed.positions, self._sharing_mask(packed.segments))
+            rows, index = packed.rows, packed.index
+        else:
+            ids, index = pack_left(mb.prompt_ids, mb.prompt_mask, mb.response_ids)  # [b, L], [b, R]
+            hidden = self.model(ids, None, self._causal_mask(ids.shape[1]) if self.attention == "flex" else None)
+            rows = torch.arange(b, device=ids.device)
         if isinstance(hidden, DTensor):  # TP: replicated over the tp mesh
             hidden = hidden.to_local()
-        b, R = mb.response_ids.shape
-        h = hidden.gather(1, index[..., None].expand(-1, -1, hidden.shape[-1]))  # [b, R, D]
+        h = hidden[rows[:, None], index]  # [b, R, D]: the hidden states that predict each response token
         weight = self.model.lm_head.weight  # unsharded by FSDP for the forward; a vocab shard under TP
         start = 0
         if isinstance(weight, DTensor):
@@ -243,6 +253,15 @@ class TitanTrainer:
         return create_block_mask(
             lambda b, h, q, kv: q >= kv, B=None, H=None, Q_LEN=length, KV_LEN=length, device=self.device
         )
+
+    def _sharing_mask(self, segments: torch.Tensor):
+        """The attention mask of `pack_groups`'s sequences: a flex BlockMask, or SDPA's bool [G, 1, L, L]."""
+        if self.attention != "flex":
+            return dense_mask(segments)
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        G, L = segments.shape
+        return create_block_mask(prompt_sharing_mask(segments), B=G, H=None, Q_LEN=L, KV_LEN=L, device=self.device)
 
     # ------------------------------------------------------------------------------------------ weights and I/O
     def named_full_weights(self, dtype: torch.dtype | None = None, grads: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
@@ -300,23 +319,6 @@ class TitanTrainer:
 
     def load(self, directory: str | Path) -> None:
         titan_checkpoint.load_dcp(self, directory)
-
-
-def pack_left(
-    prompt_ids: torch.Tensor,  # [B, P] long, left-padded
-    prompt_mask: torch.Tensor,  # [B, P] bool
-    response_ids: torch.Tensor,  # [B, R] long, right-padded
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(ids [B, P+R], index [B, R])`: each row rotated left by its prompt padding, so its real tokens start at
-    column 0 and every pad sits after them; `index[i, j]` is the column whose hidden state predicts response token
-    j (its prompt length - 1 + j)."""
-    B, P = prompt_ids.shape
-    R = response_ids.shape[1]
-    ids = torch.cat([prompt_ids, response_ids], dim=1)
-    pad = P - prompt_mask.long().sum(1)  # [B]
-    cols = (torch.arange(P + R, device=ids.device)[None] + pad[:, None]) % (P + R)
-    index = (P - pad - 1)[:, None] + torch.arange(R, device=ids.device)[None]
-    return ids.gather(1, cols), index.clamp(min=0)
 
 
 def _ac_config(mode: str):

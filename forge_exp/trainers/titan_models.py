@@ -7,8 +7,10 @@ compile to them.
 
 Departures from TorchTitan's registry flavours (why):
 - inner attention is SDPA (causal) or flex with a plain causal mask, never TorchTitan's document mask: the trainer
-  packs each row's real tokens to the left (trainers/titan.py), so causal attention is exact and no mask is built.
+  packs each row's real tokens to the left (trainers/packing.py), so causal attention is exact and no mask is built.
   TorchTitan's `get_attention_config("sdpa")` refuses SDPA for language models, so the config is set directly.
+  With `share_prompts` the rows of a prompt are one sequence and attention takes their mask: a flex BlockMask, or a
+  bool tensor that `masked_sdpa` hands to SDPA (TorchTitan's SDPA takes no mask).
 - RMSNorm eps and RoPE theta / Llama-3 scaling are read from config.json.
 
 Names: HF ↔ TorchTitan by the TorchTitan state-dict adapter's own table (`from_hf_map`) and, for Llama, its q/k
@@ -20,6 +22,7 @@ state-dict hooks, called directly.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -99,11 +102,35 @@ def arch_from_hf(config: dict) -> Arch:
     )
 
 
+@functools.cache
+def masked_sdpa() -> type:
+    """TorchTitan's SDPA inner attention, which also takes a bool mask [B, 1, L, L] as `attention_masks` (True:
+    attends; the prompt-sharing layout of trainers/packing.py). Without one it is TorchTitan's causal SDPA."""
+    titan()
+    import torch.nn.functional as F
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+
+    class MaskedSDPA(ScaledDotProductAttention):
+        @dataclass(kw_only=True, slots=True)
+        class Config(ScaledDotProductAttention.Config):
+            pass
+
+        # (the parent's argument names: TorchTitan's TP wrapper maps its shardings by them)
+        def forward(self, q_BLNH, k_BLNH, v_BLNH, *, attention_masks=None, scale=None, enable_gqa=False, **kwargs):
+            if attention_masks is None:
+                return super().forward(q_BLNH, k_BLNH, v_BLNH, scale=scale, enable_gqa=enable_gqa, **kwargs)
+            q, k, v = (t.transpose(1, 2) for t in (q_BLNH, k_BLNH, v_BLNH))  # (B, N, L, H) for SDPA
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_masks, scale=scale, enable_gqa=enable_gqa)
+            return out.transpose(1, 2)
+
+    return MaskedSDPA
+
+
 def titan_config(arch: Arch, attention: str = "sdpa"):
     """TorchTitan `Qwen3Model.Config` / `Llama3Model.Config` for `arch`, built from TorchTitan's blocks."""
     titan()
     from torchtitan.models.common import ComplexRoPE, CosSinRoPE, Embedding, Linear
-    from torchtitan.models.common.attention import FlexAttention, ScaledDotProductAttention
+    from torchtitan.models.common.attention import FlexAttention
     from torchtitan.models.common.config_utils import make_ffn_config, make_gqa_config
     from torchtitan.models.common.nn_modules import RMSNorm
     from torchtitan.models.common.param_init import skip_param_init
@@ -129,7 +156,7 @@ def titan_config(arch: Arch, attention: str = "sdpa"):
             original_max_position_embeddings=int(s.get("original_max_position_embeddings", 8192)),
         )
         qk_norm = None
-    inner = ScaledDotProductAttention.Config() if attention == "sdpa" else FlexAttention.Config()
+    inner = masked_sdpa().Config() if attention == "sdpa" else FlexAttention.Config()
     layers = [
         Block.Config(
             attention_norm=norm(normalized_shape=arch.dim),

@@ -11,9 +11,8 @@ import torch
 pytest.importorskip("torchtitan", reason="trainer=titan needs the titan extra")
 
 from forge_exp.trainers.update import Policy, policy_update  # noqa: E402
-from forge_exp.models.logprobs import sequence_logprobs  # noqa: E402
 from tests.trainers.titan_cases import (  # noqa: E402
-    LR, TEMPERATURE, assert_same_steps, loss_fn, make_batches, rel, run_world, tiny_model,
+    LR, TEMPERATURE, assert_same_steps, loss_fn, rel, run_world, saved_case, tiny_model, transformers_scores,
 )
 
 TOL = 1e-5  # relative, float32
@@ -27,12 +26,8 @@ def case(tmp_path_factory):
 
     def get(family: str) -> dict:
         if family not in cache:
-            tmp = tmp_path_factory.mktemp(family)
-            model = tiny_model(family, seed=3)
-            model.save_pretrained(tmp / "hf")
-            torch.save(make_batches(model, seed=5), tmp / "batches.pt")
-            c = {"tmp": tmp, "checkpoint": str(tmp / "hf"), "batches": str(tmp / "batches.pt"), "model": model}
-            c["single"] = run_world(1, tmp / "runs", "parity_job", checkpoint=c["checkpoint"], batches=c["batches"],
+            c = saved_case(tmp_path_factory.mktemp(family), family)
+            c["single"] = run_world(1, c["tmp"] / "runs", "parity_job", checkpoint=c["checkpoint"], batches=c["batches"],
                                     parallelism="single", grad_accum=2)
             cache[family] = c
         return cache[family]
@@ -93,12 +88,7 @@ def test_a_frozen_engine_scores_like_the_transformers_model(case, parallelism, p
     c = case("qwen3")
     got = run_world(procs, c["tmp"] / "runs", "reference_job", checkpoint=c["checkpoint"], batches=c["batches"],
                     parallelism=parallelism)
-    model = tiny_model("qwen3", seed=3)
-    model.config._attn_implementation = "sdpa"
-    for batch, scores in zip(torch.load(c["batches"], weights_only=False), got["scores"]):
-        with torch.no_grad():
-            want, _ = sequence_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
-                                        batch.response_mask, TEMPERATURE)
+    for scores, want in zip(got["scores"], transformers_scores(c["batches"])):
         assert scores.shape == want.shape and rel(scores, want) <= TOL
     assert all(torch.equal(a, b) for rank in got["every_rank"] for a, b in zip(rank, got["scores"]))
     assert got["optimizer"] is None and got["trainable"] == []

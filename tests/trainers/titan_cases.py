@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import ProcessException
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from forge_exp.models.generate import left_pad
@@ -46,13 +47,16 @@ def tiny_model(family: str, seed: int = 0) -> torch.nn.Module:
         return LlamaForCausalLM(config)
 
 
-def make_batches(model: torch.nn.Module, n: int = STEPS, seed: int = 0) -> list[TrainBatch]:
+def make_batches(model: torch.nn.Module, n: int = STEPS, seed: int = 0, shared: bool = False) -> list[TrainBatch]:
     """Ragged prompts (left-padded) and responses (right-padded), behaviour and reference logprobs near the model's
-    own (so the ratio is near 1 and both clip sides see traffic), one truncated row."""
+    own (so the ratio is near 1 and both clip sides see traffic), one truncated row. `shared`: rows 0, 2 and 5 have
+    one prompt, rows 1 and 4 another (a group's samples, not adjacent; a micro-batch of 3 rows splits them)."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
         prompts = [torch.randint(3, VOCAB, (int(k),), generator=g).tolist() for k in (3, 6, 4, 5, 2, 6)]
+        if shared:
+            prompts = [prompts[k] for k in (0, 1, 0, 3, 1, 0)]
         responses = [torch.randint(3, VOCAB, (int(k),), generator=g).tolist() for k in (5, 2, 7, 4, 6, 3)]
         prompt_ids, prompt_mask = left_pad(prompts, 0)
         width = max(len(r) for r in responses)
@@ -70,6 +74,23 @@ def make_batches(model: torch.nn.Module, n: int = STEPS, seed: int = 0) -> list[
             policy_versions=torch.zeros(len(prompts), dtype=torch.long), ref_logprobs=(lp + noise()) * response_mask,
         ))
     return out
+
+
+def saved_case(tmp: Path, family: str, shared: bool = False) -> dict:
+    """A tiny model of `family` saved as an HF checkpoint under tmp, and its batches (make_batches)."""
+    model = tiny_model(family, seed=3)
+    model.save_pretrained(tmp / "hf")
+    torch.save(make_batches(model, seed=5, shared=shared), tmp / "batches.pt")
+    return {"tmp": tmp, "checkpoint": str(tmp / "hf"), "batches": str(tmp / "batches.pt"), "model": model}
+
+
+def transformers_scores(batches: str, family: str = "qwen3", seed: int = 3) -> list[torch.Tensor]:
+    """The transformers model's logprobs of each saved batch's responses (tiny_model(family, seed)'s weights)."""
+    model = tiny_model(family, seed=seed)
+    model.config._attn_implementation = "sdpa"
+    with torch.no_grad():
+        return [sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask, TEMPERATURE)[0]
+                for b in torch.load(batches, weights_only=False)]
 
 
 def loss_fn() -> GRPOLoss:
@@ -111,20 +132,33 @@ def run_world(world: int, tmp: Path, fn: str, **kwargs):
     job = {"fn": fn, "kwargs": kwargs, "out": str(out)}
     try:
         mp.start_processes(worker, args=(world, rendezvous, job), nprocs=world, join=True, start_method="spawn")
-    except mp.ProcessException:
+    except ProcessException:
         errors = "\n".join(p.read_text() for p in tmp.glob(out.name + ".rank*.err"))
         raise AssertionError(f"a rank of the {world}-process world failed:\n{errors}") from None
     return torch.load(out, weights_only=False)
 
 
 # --------------------------------------------------------------------------------------------------- jobs
-def parity_job(checkpoint: str, batches: str, parallelism: str, grad_accum: int) -> list[dict]:
+def parity_job(checkpoint: str, batches: str, parallelism: str, grad_accum: int, **knobs) -> list[dict]:
     from forge_exp.trainers.parallel import degrees
     from forge_exp.trainers.titan import TitanTrainer
 
     d = degrees(parallelism, dist.get_world_size())
-    trainer = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=loss_fn(), lr=LR)
+    trainer = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=loss_fn(), lr=LR, **knobs)
     return train_and_record(trainer, torch.load(batches, weights_only=False), grad_accum)
+
+
+def forward_shapes_job(checkpoint: str, batches: str, share_prompts: bool) -> list[tuple[int, ...]]:
+    """The token tensors' shapes the model is given to score the first batch (one process, one micro-batch)."""
+    from forge_exp.trainers.parallel import degrees
+    from forge_exp.trainers.titan import TitanTrainer
+
+    trainer = TitanTrainer.from_pretrained(checkpoint, degrees=degrees("single", 1), loss=None, lr=0.0, frozen=True,
+                                           share_prompts=share_prompts)
+    shapes = []
+    trainer.model.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
+    trainer.score(torch.load(batches, weights_only=False)[0], TEMPERATURE)
+    return shapes
 
 
 def save_job(checkpoint: str, batches: str, parallelism: str, out_dir: str, hf_dir: str, grad_accum: int) -> dict:
@@ -154,7 +188,7 @@ def resume_job(checkpoint: str, batches: str, parallelism: str, dcp_dir: str, gr
             "step": step}
 
 
-def reference_job(checkpoint: str, batches: str, parallelism: str) -> dict:
+def reference_job(checkpoint: str, batches: str, parallelism: str, **knobs) -> dict:
     """A frozen engine (trainer.hosts_reference's reference model) scoring each batch, beside a policy engine on
     the same weights that trains on them in between: what every rank returns, and whether the frozen one has any
     gradient or optimizer."""
@@ -162,8 +196,8 @@ def reference_job(checkpoint: str, batches: str, parallelism: str) -> dict:
     from forge_exp.trainers.titan import TitanTrainer
 
     d = degrees(parallelism, dist.get_world_size())
-    reference = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=None, lr=0.0, frozen=True)
-    policy = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=loss_fn(), lr=LR)
+    reference = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=None, lr=0.0, frozen=True, **knobs)
+    policy = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=loss_fn(), lr=LR, **knobs)
     scores = []
     for batch in torch.load(batches, weights_only=False):
         scores.append(reference.score(batch, TEMPERATURE))

@@ -1,0 +1,107 @@
+"""How a micro-batch's rows become the TorchTitan trainer's sequences. Pure torch.
+
+`pack_left`: one sequence a row, `[prompt | response | pads]`, so plain causal attention is exact without a mask.
+
+`pack_groups` (`trainer.share_prompts`): the rows that share a prompt (GRPO's samples of one prompt) become one
+sequence, `[prompt | response 1 | response 2 | ... | pads]`, each response at the positions it has after its prompt
+(prompt length, prompt length + 1, ...). `prompt_sharing_mask` says who attends to whom: a response sees the prompt
+and its own earlier tokens, never another response, so every response token's hidden state is the one it has in its
+own row. The prompt's tokens then pass through the model once for the group instead of once a sample: at GRPO's
+8 samples of a 256-token prompt with 512-token responses, 29% fewer tokens a forward. The prompt's gradient is the
+sum over the responses that read it, as it is over the separate rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+PROMPT, PAD = 0, -1  # segment ids: responses are 1, 2, ... within their sequence
+
+
+def pack_left(
+    prompt_ids: torch.Tensor,  # [B, P] long, left-padded
+    prompt_mask: torch.Tensor,  # [B, P] bool
+    response_ids: torch.Tensor,  # [B, R] long, right-padded
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(ids [B, P+R], index [B, R])`: each row rotated left by its prompt padding, so its real tokens start at
+    column 0 and every pad sits after them; `index[i, j]` is the column whose hidden state predicts response token
+    j (its prompt length - 1 + j)."""
+    B, P = prompt_ids.shape
+    R = response_ids.shape[1]
+    ids = torch.cat([prompt_ids, response_ids], dim=1)
+    pad = P - prompt_mask.long().sum(1)  # [B]
+    cols = (torch.arange(P + R, device=ids.device)[None] + pad[:, None]) % (P + R)
+    index = (P - pad - 1)[:, None] + torch.arange(R, device=ids.device)[None]
+    return ids.gather(1, cols), index.clamp(min=0)
+
+
+@dataclass
+class Packed:
+    """A micro-batch packed by prompt: G sequences of L tokens for B rows."""
+
+    ids: torch.Tensor  # [G, L] long
+    positions: torch.Tensor  # [G, L] long: each token's position in its own row (RoPE)
+    segments: torch.Tensor  # [G, L] long: PROMPT, the response's number (1, 2, ...) or PAD
+    rows: torch.Tensor  # [B] the sequence holding row i
+    index: torch.Tensor  # [B, R] the column of rows[i] whose hidden state predicts response token j
+
+
+def pack_groups(
+    prompt_ids: torch.Tensor,  # [B, P] long, left-padded
+    prompt_mask: torch.Tensor,  # [B, P] bool
+    response_ids: torch.Tensor,  # [B, R] long, right-padded
+    response_mask: torch.Tensor,  # [B, R] bool: the response's tokens (what attention sees)
+) -> Packed:
+    """One sequence per distinct prompt of the micro-batch, in order of first appearance; its rows' responses
+    follow it in row order, each cut to its length (response_mask's count). Rows need not be adjacent. For
+    response tokens past a row's length, `index` points at the row's last token (their logprobs are masked)."""
+    B, P = prompt_ids.shape
+    R = response_ids.shape[1]
+    prompt_lens, response_lens = prompt_mask.sum(1).tolist(), response_mask.sum(1).tolist()
+    prompts, responses = prompt_ids.tolist(), response_ids.tolist()
+    number: dict[tuple[int, ...], int] = {}  # prompt -> its sequence
+    ids, positions, segments = [], [], []  # per sequence
+    rows, index = [], []
+    for i in range(B):
+        prompt = tuple(prompts[i][P - prompt_lens[i]:])
+        if prompt not in number:
+            number[prompt] = len(ids)
+            ids.append(list(prompt))
+            positions.append(list(range(len(prompt))))
+            segments.append([PROMPT] * len(prompt))
+        g, p, n = number[prompt], len(prompt), response_lens[i]
+        start = len(ids[g])
+        segments[g] += [segments[g][-1] + 1 if start > p else 1] * n
+        ids[g] += responses[i][:n]
+        positions[g] += range(p, p + n)
+        rows.append(g)
+        index.append([p - 1 if j == 0 else start + min(j, n) - 1 for j in range(R)])
+    width = max(len(s) for s in ids)
+
+    def padded(seqs: list[list[int]], fill: int) -> torch.Tensor:
+        return torch.tensor([s + [fill] * (width - len(s)) for s in seqs], device=prompt_ids.device)
+
+    return Packed(ids=padded(ids, 0), positions=padded(positions, 0), segments=padded(segments, PAD),
+                  rows=torch.tensor(rows, device=prompt_ids.device),
+                  index=torch.tensor(index, device=prompt_ids.device).clamp(min=0))
+
+
+def prompt_sharing_mask(segments: torch.Tensor):
+    """The mask_mod (flex attention's signature: batch, head, query, key indices -> bool) of `pack_groups`'s
+    sequences: causal, and a token sees the prompt and its own segment only (a pad sees the prompt and the pads)."""
+
+    def allowed(b, h, q, kv):
+        seen = segments[b, kv]
+        return (q >= kv) & ((seen == PROMPT) | (seen == segments[b, q]))
+
+    return allowed
+
+
+def dense_mask(segments: torch.Tensor) -> torch.Tensor:
+    """`prompt_sharing_mask` as a bool tensor [G, 1, L, L] (SDPA's attn_mask; True: attends)."""
+    G, L = segments.shape
+    cols = torch.arange(L, device=segments.device)
+    return prompt_sharing_mask(segments)(torch.arange(G, device=segments.device)[:, None, None], None,
+                                         cols[None, :, None], cols[None, None, :])[:, None]

@@ -1,0 +1,97 @@
+"""`trainer.share_prompts`: the rows of a micro-batch that share a prompt run it once, as one sequence
+(trainers/packing.pack_groups). The layout, and the TorchTitan engine with it against the engine without it on
+the same batches (gloo, CPU, float32): the same loss, gradients and updated weights over 3 AdamW steps (<= 1e-5
+relative) in one process (Qwen3, Llama 3), FSDP over 2 and TP over 2, and a frozen engine's scores."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from forge_exp.trainers.packing import PAD, PROMPT, dense_mask, pack_groups
+
+pytest.importorskip("torchtitan", reason="trainer=titan needs the titan extra")
+
+from tests.trainers.titan_cases import (  # noqa: E402
+    assert_same_steps, rel, run_world, saved_case, transformers_scores,
+)
+
+
+def test_pack_groups_puts_a_prompts_responses_after_it_at_their_own_positions():
+    prompt_ids = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11], [0, 5, 6, 7]])  # rows 0 and 2: one prompt, left-padded
+    response_ids = torch.tensor([[20, 21, 22], [30, 0, 0], [40, 41, 0]])
+    p = pack_groups(prompt_ids, prompt_ids != 0, response_ids, response_ids != 0)
+    assert p.ids.tolist() == [[5, 6, 7, 20, 21, 22, 40, 41], [8, 9, 10, 11, 30, 0, 0, 0]]
+    assert p.positions.tolist() == [[0, 1, 2, 3, 4, 5, 3, 4], [0, 1, 2, 3, 4, 0, 0, 0]]
+    assert p.segments.tolist() == [[PROMPT] * 3 + [1] * 3 + [2] * 2, [PROMPT] * 4 + [1] + [PAD] * 3]
+    assert p.rows.tolist() == [0, 1, 0]
+    # index[i, j]: the column whose hidden state predicts response token j (past a row's end: its last token)
+    assert p.index.tolist() == [[2, 3, 4], [3, 4, 4], [2, 6, 7]]
+    for i, j in [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0), (2, 1)]:  # that column: the token before j in row i
+        before = prompt_ids[i, -1] if j == 0 else response_ids[i, j - 1]
+        assert p.ids[p.rows[i], p.index[i, j]] == before
+        assert p.positions[p.rows[i], p.index[i, j]] == 2 + (i == 1) + j  # at its position in its own row
+
+
+def test_a_response_sees_its_prompt_and_itself_never_another_response():
+    segments = torch.tensor([[PROMPT] * 3 + [1] * 3 + [2] * 2, [PROMPT] * 4 + [1] + [PAD] * 3])
+    mask = dense_mask(segments)
+    assert mask.shape == (2, 1, 8, 8)
+    sees = lambda g, q: mask[g, 0, q].nonzero().flatten().tolist()  # noqa: E731
+    assert sees(0, 2) == [0, 1, 2]  # the prompt: causal
+    assert sees(0, 5) == [0, 1, 2, 3, 4, 5]  # response 1
+    assert sees(0, 7) == [0, 1, 2, 6, 7]  # response 2: the prompt and itself, not response 1
+    assert sees(1, 6) == [0, 1, 2, 3, 5, 6]  # a pad: the prompt and the pads up to it (never an empty row)
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    """Per family: a saved HF checkpoint, batches whose rows share prompts, and `train(parallelism, procs,
+    grad_accum, share_prompts)`: the engine's 3 steps on them (grad_accum 1: every row in one micro-batch; 2:
+    micro-batches of 3 rows, each holding part of a group)."""
+    cache = {}
+
+    def get(family: str) -> dict:
+        if family not in cache:
+            c = saved_case(tmp_path_factory.mktemp(family), family, shared=True)
+            c["train"] = lambda parallelism, procs, grad_accum, share: run_world(
+                procs, c["tmp"] / "runs", "parity_job", checkpoint=c["checkpoint"], batches=c["batches"],
+                parallelism=parallelism, grad_accum=grad_accum, share_prompts=share)
+            cache[family] = c
+        return cache[family]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,parallelism,procs,grad_accum", [
+    ("qwen3", "single", 1, 2), ("llama3", "single", 1, 2), ("qwen3", "single", 1, 1), ("qwen3", "fsdp", 2, 1),
+    ("qwen3", "tp", 2, 2),
+])
+def test_shared_prompts_train_as_the_separate_rows_do(case, family, parallelism, procs, grad_accum):
+    """Against the same engine and parallelism without sharing (TP's own summation order differs from one
+    process's by up to ~3e-5 of a gradient on these batches, sharing or not: the comparison is like for like)."""
+    c = case(family)
+    shared, separate = (c["train"](parallelism, procs, grad_accum, share) for share in (True, False))
+    assert_same_steps(shared, separate, f"{family} {parallelism} grad_accum={grad_accum} share_prompts")
+
+
+@pytest.mark.slow
+def test_a_group_runs_its_prompt_once(case):
+    c = case("qwen3")
+    shapes = {share: run_world(1, c["tmp"] / "runs", "forward_shapes_job", checkpoint=c["checkpoint"],
+                               batches=c["batches"], share_prompts=share) for share in (True, False)}
+    batch = torch.load(c["batches"], weights_only=False)[0]
+    assert shapes[False] == [(6, batch.prompt_ids.shape[1] + batch.response_ids.shape[1])]
+    # rows 0, 2, 5 and rows 1, 4 share their prompts: 3 sequences, the longest a prompt and its 3 responses
+    lengths = batch.response_mask.sum(1)
+    assert shapes[True] == [(3, int(batch.prompt_mask[0].sum() + lengths[[0, 2, 5]].sum()))]
+
+
+@pytest.mark.slow
+def test_a_frozen_engine_sharing_prompts_scores_as_the_rows_do(case):
+    c = case("qwen3")
+    got = run_world(1, c["tmp"] / "runs", "reference_job", checkpoint=c["checkpoint"], batches=c["batches"],
+                    parallelism="single", share_prompts=True)
+    for scores, want in zip(got["scores"], transformers_scores(c["batches"])):
+        assert scores.shape == want.shape and rel(scores, want) <= 1e-5

@@ -80,13 +80,15 @@ def _memory() -> dict:
             "reserved_memory_gib": torch.cuda.max_memory_reserved() / 2**30}
 
 
-def make_batch(vocab: int, seed: int = 0):
+def make_batch(vocab: int, seed: int = 0, group: int = 1):
+    """BATCH random rows; `group` consecutive rows share a prompt (GRPO's samples of one prompt)."""
     from forge_exp.rl.types import TrainBatch
 
     g = torch.Generator().manual_seed(seed)
     ones = lambda *s: torch.ones(*s, dtype=torch.bool)  # noqa: E731
+    prompts = torch.randint(3, vocab, (BATCH // group, PROMPT), generator=g).repeat_interleave(group, 0)
     return TrainBatch(
-        prompt_ids=torch.randint(3, vocab, (BATCH, PROMPT), generator=g), prompt_mask=ones(BATCH, PROMPT),
+        prompt_ids=prompts, prompt_mask=ones(BATCH, PROMPT),
         response_ids=torch.randint(3, vocab, (BATCH, RESPONSE), generator=g), response_mask=ones(BATCH, RESPONSE),
         behavior_logprobs=-12.0 + 0.1 * torch.randn(BATCH, RESPONSE, generator=g),
         advantages=torch.randn(BATCH, generator=g), truncated=torch.zeros(BATCH, dtype=torch.bool),
@@ -139,7 +141,7 @@ def summarise(times: list[float], n_params: int, rate: float, metrics: dict) -> 
 
 
 def titan_stage(size: str, rate: float, *, compile: bool, ac: str, grad_accum: int, chunk_rows: int,
-                warmup: int, steps: int) -> dict:
+                warmup: int, steps: int, attention: str = "sdpa", share_prompts: bool = False) -> dict:
     from forge_exp.rl.losses import GRPOLoss
     from forge_exp.trainers.parallel import Degrees
     from forge_exp.trainers.titan import TitanTrainer
@@ -147,10 +149,11 @@ def titan_stage(size: str, rate: float, *, compile: bool, ac: str, grad_accum: i
     cfg = hf_config(size)
     t0 = time.perf_counter()
     trainer = TitanTrainer(cfg, degrees=Degrees(1, 1, 1), loss=GRPOLoss(beta=0.04), lr=1e-6, compile=compile,
-                           activation_checkpointing=ac, chunk_rows=chunk_rows)
+                           activation_checkpointing=ac, chunk_rows=chunk_rows, attention=attention,
+                           share_prompts=share_prompts)
     build = time.perf_counter() - t0
     n_params = sum(p.numel() for p in trainer.model.parameters())
-    batch = make_batch(cfg["vocab_size"])
+    batch = make_batch(cfg["vocab_size"], group=min(8, BATCH) if share_prompts else 1)
     try:
         times, metrics = timed_steps(
             lambda: trainer.train_step(batch, grad_accum=grad_accum, max_grad_norm=1.0, temperature=1.0), warmup, steps
@@ -159,7 +162,8 @@ def titan_stage(size: str, rate: float, *, compile: bool, ac: str, grad_accum: i
     finally:
         del trainer
     return {**out, "build_seconds": build, "compile": compile, "activation_checkpointing": ac,
-            "grad_accum": grad_accum, "chunk_rows": chunk_rows, "warmup_steps": warmup}
+            "grad_accum": grad_accum, "chunk_rows": chunk_rows, "warmup_steps": warmup, "attention": attention,
+            "share_prompts": share_prompts}
 
 
 def hf_stage(size: str, rate: float, *, grad_accum: int, warmup: int, steps: int) -> dict:
@@ -230,7 +234,8 @@ def main() -> None:
     results: dict = {
         "device": torch.cuda.get_device_name(0) if DEVICE.type == "cuda" else "cpu (smoke)", "torch": torch.__version__,
         "batch": {"sequences": BATCH, "prompt_tokens": PROMPT, "response_tokens": RESPONSE},
-        "mfu_definition": "6 * params * (32*768 tokens) / step seconds / measured bf16 matmul rate",
+        "mfu_definition": "6 * params * (32*768 tokens) / step seconds / measured bf16 matmul rate (with "
+                          "share_prompts the rows' tokens too, though the model runs fewer: an effective MFU)",
     }
     try:
         import torchtitan
@@ -250,6 +255,13 @@ def main() -> None:
                                                      warmup=2, steps=3)),
         "titan_1.7b_eager": (titan_stage, ("1.7B", rate), dict(compile=False, ac="none", grad_accum=1,
                                                                chunk_rows=8192, warmup=2, steps=4)),
+        # flex attention (no backward on CPU: the smoke run takes SDPA), then 8 rows a prompt run once
+        "titan_1.7b_flex": (titan_stage, ("1.7B", rate), dict(compile=not SMOKE, ac="none", grad_accum=1,
+                                                              chunk_rows=8192, warmup=3, steps=5,
+                                                              attention="sdpa" if SMOKE else "flex")),
+        "titan_1.7b_share": (titan_stage, ("1.7B", rate), dict(compile=not SMOKE, ac="none", grad_accum=1,
+                                                               chunk_rows=8192, warmup=3, steps=5, share_prompts=True,
+                                                               attention="sdpa" if SMOKE else "flex")),
     }
     for name in args.stages.split(","):
         if time.perf_counter() - start > args.budget_s:

@@ -64,8 +64,9 @@ if [[ $LAYOUT != cpu ]]; then
   trap 'kill $SMI_GPU $SMI_PROC 2>/dev/null || true' EXIT
   GPU=(--mem "$MEM" --peak "$OUT/peak_$TAG.json")
 fi
-LORA=()
-[[ " $* " == *" model.lora.rank="[0-9]* ]] && LORA=(--lora)
+FLOPS=()  # what the trainer's FLOPs count
+[[ " $* " == *" model.lora.rank="[0-9]* ]] && FLOPS=(--lora)
+[[ " $* " == *" trainer.share_prompts=true "* ]] && FLOPS+=(--group 8)  # GRPO's 8 samples a prompt
 
 cd "$BENCH"  # not the repo root: forge_exp comes from the installed copy, as a user's would
 set +e
@@ -75,7 +76,7 @@ set -e
 [[ -n $SMI_GPU ]] && kill $SMI_GPU $SMI_PROC 2>/dev/null || true
 echo "forge-exp exit status $RC"
 grep -v -i -E "warn|Loading weights|LOAD REPORT|^Key |^---|MISSING|^Notes|^- " "$OUT/$TAG.log" | tail -n 15 || true
-python3 "$REPO/benchmarks/gpu/summarize.py" --layout "$LAYOUT" --db "$BENCH/$TAG/mlflow.db" "${GPU[@]}" "${LORA[@]}" \
+python3 "$REPO/benchmarks/gpu/summarize.py" --layout "$LAYOUT" --db "$BENCH/$TAG/mlflow.db" "${GPU[@]}" "${FLOPS[@]}" \
   --model-config "$BENCH/$MODEL/config.json" --rows $((PROMPTS * 8)) --prompt "$PROMPT_TOKENS" --command "$COMMAND" \
   --out "$OUT/$TAG.json"
 exit $RC

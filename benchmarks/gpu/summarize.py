@@ -10,6 +10,8 @@ next batch ready), and a median picks one phase; 6 measured steps (8, warmup 2) 
 MFU = model FLOPs / seconds / the bf16 matmul rate measured on the same machine in the same call (peak.py), with
 FLOPs counted from the Qwen3 shape below (no recomputation counted):
     forward per row   2·N_layers·T + 2·L·T²·H·d_head (causal attention) + 2·d·V·(R+1) (lm_head, response positions)
+                      (with --group g, trainer.share_prompts: per g rows one sequence of P + g·R tokens, attention
+                      over its prompt's and each response's pairs; the FLOPs run, not the rows')
     training          3 × forward  (train/seconds: logprob forward, backward, clip, AdamW step)
     generation        prefill 2·N·P per row (+ lm_head once); per sampled token 2·N_layers + 2·d·V + 4·L·ctx·H·d_head
 """
@@ -34,9 +36,11 @@ KEYS = (
 )
 
 
-def forward_flops(rows: int, prompt: int, response: float) -> float:
-    t = prompt + response
-    return rows * (2 * N_LAYERS * t + 2 * L * t * t * H * HD + 2 * D * V * (response + 1))
+def forward_flops(rows: int, prompt: int, response: float, group: int = 1) -> float:
+    """`group`: rows a sequence holds (trainer.share_prompts: a prompt once, then its group's responses)."""
+    tokens = prompt + group * response
+    pairs = prompt * prompt / 2 + group * (response * prompt + response * response / 2)  # (query, key) pairs
+    return rows / group * (2 * N_LAYERS * tokens + 4 * L * pairs * H * HD) + rows * 2 * D * V * (response + 1)
 
 
 def generation_flops(rows: int, prompt: int, response: float) -> float:
@@ -99,6 +103,8 @@ def main() -> None:
     p.add_argument("--model-config", type=Path, help="the model's config.json (default: the Qwen3-1.7B shape above)")
     p.add_argument("--lora", action="store_true",
                    help="LoRA: training is 2 forwards' FLOPs (no weight gradients for the frozen base), not 3")
+    p.add_argument("--group", type=int, default=1,
+                   help="trainer.share_prompts: rows a prompt's sequence holds (its samples); the FLOPs it ran")
     p.add_argument("--rows", type=int, default=32, help="sequences per step (prompts_per_step × group_size)")
     p.add_argument("--prompt", type=int, default=256)
     p.add_argument("--warmup", type=int, default=2)
@@ -119,7 +125,7 @@ def main() -> None:
     peak = json.loads(args.peak.read_text()) if args.peak else None
     matmul = statistics.median(d["bf16_matmul_tflops"] for d in peak["devices"]) * 1e12 if peak else float("nan")
     response = (avg("generator/tokens") or 0) / args.rows  # mean completion length of a generate call
-    train_flops = (2 if args.lora else 3) * forward_flops(args.rows, args.prompt, response)
+    train_flops = (2 if args.lora else 3) * forward_flops(args.rows, args.prompt, response, args.group)
     gen_flops = generation_flops(args.rows, args.prompt, response)
     train_s, gen_s = avg("train/seconds"), avg("generator/seconds")
     result = {

@@ -50,6 +50,7 @@ class TitanBackend:
         compile: bool | None = None,
         attention: str = "sdpa",
         chunk_rows: int = 4096,
+        share_prompts: bool = False,
         param_dtype: str | None = None,
     ):
         from forge_exp.trainers.titan import TitanTrainer
@@ -61,7 +62,8 @@ class TitanBackend:
         self.sync_dtype = DTYPES[model.dtype]  # what moves to the generators (they hold model.dtype)
         # how the model is built and run, for the reference model too (load_reference)
         self._built = dict(degrees=degrees, device=device, param_dtype=DTYPES[param_dtype] if param_dtype else None,
-                           compile=compile, attention=attention, chunk_rows=chunk_rows)
+                           compile=compile, attention=attention, chunk_rows=chunk_rows,
+                           share_prompts=share_prompts)
         with self._hf_dir(spec) as source:
             self.trainer = TitanTrainer.from_pretrained(
                 source, loss=loss, lr=lr, weight_decay=weight_decay, activation_checkpointing=activation_checkpointing,

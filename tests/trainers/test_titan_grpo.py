@@ -82,21 +82,26 @@ def test_the_reference_model_in_the_trainers_engine(tmp_path, warmstart_cache):
     (FSDP over 2: each scores its share of the rows; the trainer answers the reference calls, no ref_model service
     starts), as the knob left null has it for a trainer of two processes whose mesh the reference would share.
     On-policy steps give the KL of the same run with the reference service on a mesh of its own; with rollouts
-    overlapping training (the default max_policy_age=1) the reference calls interleave with the train steps."""
+    overlapping training (the default max_policy_age=1) the reference calls interleave with the train steps. With
+    trainer.share_prompts a group's rows run their prompt once, in the policy and the reference: the same KL."""
     common = ["steps=3", "algorithm.beta=0.04", "dataset.eval_size=16", "progress=false", *FSDP2]
     client = forge_exp(tmp_path, "service", *common, "algorithm.max_policy_age=0", "services.ref_model.mesh=''",
                        cache=warmstart_cache)  # a mesh of its own: one process, beside the two of the trainer
     forge_exp(tmp_path, "hosted", *common, "algorithm.max_policy_age=0", cache=warmstart_cache)  # null: hosted
+    forge_exp(tmp_path, "shared", *common, "algorithm.max_policy_age=0", "trainer.share_prompts=true",
+              cache=warmstart_cache)
     forge_exp(tmp_path, "overlap", *common, "steps=6", "trainer.hosts_reference=true", cache=warmstart_cache)
     kl, callers = {}, {}
-    for name in ("service", "hosted", "overlap"):
+    for name in ("service", "hosted", "shared", "overlap"):
         run = run_named(client, name)
         assert run.info.status == "FINISHED"
         kl[name] = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "loss/kl"), key=lambda m: m.step)]
         trace = json.loads(Path(client.download_artifacts(run.info.run_id, "timeline.json", str(tmp_path / name)))
                            .read_text())
         callers[name] = {e["tid"] for e in trace["traceEvents"] if e["cat"] == "reference"}
-    assert callers == {"service": {"ref_model"}, "hosted": {"trainer"}, "overlap": {"trainer"}}
+    assert callers == {"service": {"ref_model"}, "hosted": {"trainer"}, "shared": {"trainer"},
+                       "overlap": {"trainer"}}
     assert len(kl["hosted"]) == 3 and kl["hosted"][-1] > 0, kl
     assert kl["hosted"] == pytest.approx(kl["service"], rel=1e-3, abs=1e-7), kl
+    assert kl["shared"] == pytest.approx(kl["hosted"], rel=1e-3, abs=1e-7), kl
     assert len(kl["overlap"]) == 6 and kl["overlap"][-1] > 0, kl

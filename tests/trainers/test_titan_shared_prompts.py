@@ -1,7 +1,8 @@
 """`trainer.share_prompts`: the rows of a micro-batch that share a prompt run it once, as one sequence
 (trainers/packing.pack_groups). The layout, and the TorchTitan engine with it against the engine without it on
 the same batches (gloo, CPU, float32): the same loss, gradients and updated weights over 3 AdamW steps (<= 1e-5
-relative) in one process (Qwen3, Llama 3), FSDP over 2 and TP over 2, and a frozen engine's scores."""
+relative) in one process (Qwen3, Llama 3), FSDP over 2 and TP over 2, and a frozen engine's scores (SDPA's dense
+mask, and flex's BlockMask: forward only, flex has no backward on CPU)."""
 
 from __future__ import annotations
 
@@ -79,19 +80,20 @@ def test_shared_prompts_train_as_the_separate_rows_do(case, family, parallelism,
 @pytest.mark.slow
 def test_a_group_runs_its_prompt_once(case):
     c = case("qwen3")
-    shapes = {share: run_world(1, c["tmp"] / "runs", "forward_shapes_job", checkpoint=c["checkpoint"],
-                               batches=c["batches"], share_prompts=share) for share in (True, False)}
+    shapes = {share: run_world(1, c["tmp"] / "runs", "frozen_job", checkpoint=c["checkpoint"], batches=c["batches"],
+                               share_prompts=share)["shapes"][0] for share in (True, False)}
     batch = torch.load(c["batches"], weights_only=False)[0]
-    assert shapes[False] == [(6, batch.prompt_ids.shape[1] + batch.response_ids.shape[1])]
+    assert shapes[False] == (6, batch.prompt_ids.shape[1] + batch.response_ids.shape[1])
     # rows 0, 2, 5 and rows 1, 4 share their prompts: 3 sequences, the longest a prompt and its 3 responses
     lengths = batch.response_mask.sum(1)
-    assert shapes[True] == [(3, int(batch.prompt_mask[0].sum() + lengths[[0, 2, 5]].sum()))]
+    assert shapes[True] == (3, int(batch.prompt_mask[0].sum() + lengths[[0, 2, 5]].sum()))
 
 
 @pytest.mark.slow
-def test_a_frozen_engine_sharing_prompts_scores_as_the_rows_do(case):
+@pytest.mark.parametrize("attention", ["sdpa", "flex"])  # flex: forward only on CPU (no backward there)
+def test_a_frozen_engine_sharing_prompts_scores_as_the_rows_do(case, attention):
     c = case("qwen3")
-    got = run_world(1, c["tmp"] / "runs", "reference_job", checkpoint=c["checkpoint"], batches=c["batches"],
-                    parallelism="single", share_prompts=True)
+    got = run_world(1, c["tmp"] / "runs", "frozen_job", checkpoint=c["checkpoint"], batches=c["batches"],
+                    share_prompts=True, attention=attention)
     for scores, want in zip(got["scores"], transformers_scores(c["batches"])):
         assert scores.shape == want.shape and rel(scores, want) <= 1e-5

@@ -148,17 +148,18 @@ def parity_job(checkpoint: str, batches: str, parallelism: str, grad_accum: int,
     return train_and_record(trainer, torch.load(batches, weights_only=False), grad_accum)
 
 
-def forward_shapes_job(checkpoint: str, batches: str, share_prompts: bool) -> list[tuple[int, ...]]:
-    """The token tensors' shapes the model is given to score the first batch (one process, one micro-batch)."""
+def frozen_job(checkpoint: str, batches: str, **knobs) -> dict:
+    """A frozen engine in one process scoring each batch: its scores, and the token tensors' shapes its model was
+    given for them (one forward a batch)."""
     from forge_exp.trainers.parallel import degrees
     from forge_exp.trainers.titan import TitanTrainer
 
     trainer = TitanTrainer.from_pretrained(checkpoint, degrees=degrees("single", 1), loss=None, lr=0.0, frozen=True,
-                                           share_prompts=share_prompts)
+                                           **knobs)
     shapes = []
     trainer.model.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
-    trainer.score(torch.load(batches, weights_only=False)[0], TEMPERATURE)
-    return shapes
+    scores = [trainer.score(b, TEMPERATURE) for b in torch.load(batches, weights_only=False)]
+    return {"scores": scores, "shapes": shapes}
 
 
 def save_job(checkpoint: str, batches: str, parallelism: str, out_dir: str, hf_dir: str, grad_accum: int) -> dict:
@@ -188,7 +189,7 @@ def resume_job(checkpoint: str, batches: str, parallelism: str, dcp_dir: str, gr
             "step": step}
 
 
-def reference_job(checkpoint: str, batches: str, parallelism: str, **knobs) -> dict:
+def reference_job(checkpoint: str, batches: str, parallelism: str) -> dict:
     """A frozen engine (trainer.hosts_reference's reference model) scoring each batch, beside a policy engine on
     the same weights that trains on them in between: what every rank returns, and whether the frozen one has any
     gradient or optimizer."""
@@ -196,8 +197,8 @@ def reference_job(checkpoint: str, batches: str, parallelism: str, **knobs) -> d
     from forge_exp.trainers.titan import TitanTrainer
 
     d = degrees(parallelism, dist.get_world_size())
-    reference = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=None, lr=0.0, frozen=True, **knobs)
-    policy = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=loss_fn(), lr=LR, **knobs)
+    reference = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=None, lr=0.0, frozen=True)
+    policy = TitanTrainer.from_pretrained(checkpoint, degrees=d, loss=loss_fn(), lr=LR)
     scores = []
     for batch in torch.load(batches, weights_only=False):
         scores.append(reference.score(batch, TEMPERATURE))

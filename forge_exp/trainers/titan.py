@@ -106,7 +106,7 @@ class TitanTrainer:
             tensor_parallel_degree=degrees.tp,
             spmd_backend="partial_dtensor",  # FSDP2 + DTensor TP; the spmd_types backends need torch >= 2.12
         )
-        self.model_config = config = titan_config(arch, attention)
+        self.model_config = config = titan_config(arch, attention, masked=share_prompts)
         config.update_from_config(config=SimpleNamespace(parallelism=parallelism))  # TP sharding plans
         self.parallel_dims = pd = parallel_dims(degrees, self.device.type)
         with torch.device("meta"):
@@ -204,15 +204,12 @@ class TitanTrainer:
         b, R = mb.response_ids.shape
         if self.share_prompts:
             packed = pack_groups(mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask)
-            hidden = self.model(packed.ids, packed.positions, self._sharing_mask(packed.segments))
-            rows, index = packed.rows, packed.index
+            hidden = self._hidden(packed.ids, packed.positions, self._sharing_mask(packed.segments))
+            h = hidden[packed.rows[:, None], packed.index]  # [b, R, D]: each row's from its prompt's sequence
         else:
             ids, index = pack_left(mb.prompt_ids, mb.prompt_mask, mb.response_ids)  # [b, L], [b, R]
-            hidden = self.model(ids, None, self._causal_mask(ids.shape[1]) if self.attention == "flex" else None)
-            rows = torch.arange(b, device=ids.device)
-        if isinstance(hidden, DTensor):  # TP: replicated over the tp mesh
-            hidden = hidden.to_local()
-        h = hidden[rows[:, None], index]  # [b, R, D]: the hidden states that predict each response token
+            hidden = self._hidden(ids, None, self._causal_mask(ids.shape[1]) if self.attention == "flex" else None)
+            h = hidden.gather(1, index[..., None].expand(-1, -1, hidden.shape[-1]))  # [b, R, D]
         weight = self.model.lm_head.weight  # unsharded by FSDP for the forward; a vocab shard under TP
         start = 0
         if isinstance(weight, DTensor):
@@ -253,6 +250,11 @@ class TitanTrainer:
         return create_block_mask(
             lambda b, h, q, kv: q >= kv, B=None, H=None, Q_LEN=length, KV_LEN=length, device=self.device
         )
+
+    def _hidden(self, ids: torch.Tensor, positions: torch.Tensor | None, masks) -> torch.Tensor:
+        """The model's hidden states [n, L, D] after the final norm (the LM head is not run), on this rank."""
+        hidden = self.model(ids, positions, masks)
+        return hidden.to_local() if isinstance(hidden, DTensor) else hidden  # TP: replicated over the tp mesh
 
     def _sharing_mask(self, segments: torch.Tensor):
         """The attention mask of `pack_groups`'s sequences: a flex BlockMask, or SDPA's bool [G, 1, L, L]."""

@@ -126,11 +126,12 @@ def masked_sdpa() -> type:
     return MaskedSDPA
 
 
-def titan_config(arch: Arch, attention: str = "sdpa"):
-    """TorchTitan `Qwen3Model.Config` / `Llama3Model.Config` for `arch`, built from TorchTitan's blocks."""
+def titan_config(arch: Arch, attention: str = "sdpa", masked: bool = False):
+    """TorchTitan `Qwen3Model.Config` / `Llama3Model.Config` for `arch`, built from TorchTitan's blocks. `masked`:
+    attention takes a mask (share_prompts); SDPA is then `masked_sdpa`'s."""
     titan()
     from torchtitan.models.common import ComplexRoPE, CosSinRoPE, Embedding, Linear
-    from torchtitan.models.common.attention import FlexAttention
+    from torchtitan.models.common.attention import FlexAttention, ScaledDotProductAttention
     from torchtitan.models.common.config_utils import make_ffn_config, make_gqa_config
     from torchtitan.models.common.nn_modules import RMSNorm
     from torchtitan.models.common.param_init import skip_param_init
@@ -156,7 +157,8 @@ def titan_config(arch: Arch, attention: str = "sdpa"):
             original_max_position_embeddings=int(s.get("original_max_position_embeddings", 8192)),
         )
         qk_norm = None
-    inner = masked_sdpa().Config() if attention == "sdpa" else FlexAttention.Config()
+    sdpa = masked_sdpa() if masked else ScaledDotProductAttention
+    inner = sdpa.Config() if attention == "sdpa" else FlexAttention.Config()
     layers = [
         Block.Config(
             attention_norm=norm(normalized_shape=arch.dim),

@@ -55,9 +55,9 @@ def case(tmp_path_factory):
     def get(family: str) -> dict:
         if family not in cache:
             c = saved_case(tmp_path_factory.mktemp(family), family, shared=True)
-            c["train"] = lambda parallelism, procs, grad_accum, share: run_world(
+            c["train"] = lambda parallelism, procs, grad_accum, share, **knobs: run_world(
                 procs, c["tmp"] / "runs", "parity_job", checkpoint=c["checkpoint"], batches=c["batches"],
-                parallelism=parallelism, grad_accum=grad_accum, share_prompts=share)
+                parallelism=parallelism, grad_accum=grad_accum, share_prompts=share, **knobs)
             cache[family] = c
         return cache[family]
 
@@ -75,6 +75,14 @@ def test_shared_prompts_train_as_the_separate_rows_do(case, family, parallelism,
     c = case(family)
     shared, separate = (c["train"](parallelism, procs, grad_accum, share) for share in (True, False))
     assert_same_steps(shared, separate, f"{family} {parallelism} grad_accum={grad_accum} share_prompts")
+
+
+@pytest.mark.slow
+def test_compiled_sharing_trains_as_the_separate_rows_do(case):
+    """Per-block torch.compile (on by default on GPU) traces the masked attention and the per-row positions."""
+    c = case("qwen3")
+    shared = c["train"]("single", 1, 1, True, compile=True)
+    assert_same_steps(shared, c["train"]("single", 1, 1, False), "qwen3 compiled share_prompts")
 
 
 @pytest.mark.slow

@@ -58,7 +58,7 @@ class Draws:
     one that met the row would otherwise fail with a bare StopIteration and could be the failure the run reports."""
 
     def __init__(self, stream: Iterator[Problem]):
-        self.stream, self.error = iter(stream), None
+        self.stream, self.error, self.traceback = iter(stream), None, None
 
     def take(self, n: int) -> list[Problem]:
         return list(self._draw(n))
@@ -68,8 +68,8 @@ class Draws:
         deque(self._draw(n), maxlen=0)
 
     def _draw(self, n: int) -> Iterator[Problem]:
-        if self.error is not None:
-            raise self.error
+        if self.error is not None:  # with its first traceback, not one grown by every raise
+            raise self.error.with_traceback(self.traceback)
         try:
             for _ in range(n):
                 yield next(self.stream)
@@ -77,5 +77,5 @@ class Draws:
             self.error = RuntimeError("the prompt stream ended (it is endless unless its source failed)")
             raise self.error from None
         except Exception as e:
-            self.error = e
+            self.error, self.traceback = e, e.__traceback__
             raise

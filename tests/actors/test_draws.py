@@ -1,5 +1,7 @@
 """The dataset service's stream: a failed stream keeps failing with its own error, never a bare StopIteration."""
 
+import traceback
+
 import pytest
 
 from forge_exp.actors.dataset import Draws
@@ -27,9 +29,12 @@ def test_every_draw_after_the_stream_failed_raises_its_error():
     assert d.take(2) == ["1", "2"]
     with pytest.raises(ValueError, match="row 4: bad"):
         d.take(3)  # the first batch to meet the row
-    for draw in (lambda: d.take(1), lambda: d.drop(1)):  # a batch drawing beside it
-        with pytest.raises(ValueError, match="row 4: bad"):
+    depths = []
+    for draw in (lambda: d.take(1), lambda: d.drop(1), lambda: d.take(1)):  # batches drawing beside it
+        with pytest.raises(ValueError, match="row 4: bad") as raised:
             draw()
+        depths.append(len(traceback.extract_tb(raised.value.__traceback__)))
+    assert depths[0] == depths[2]  # each raise starts from the first traceback, not one grown by every raise
 
 
 def test_a_stream_that_ends_says_so():

@@ -59,11 +59,11 @@ def pack_groups(
     response tokens past a row's length, `index` points at the row's last token (their logprobs are masked)."""
     B, P = prompt_ids.shape
     R = response_ids.shape[1]
-    prompt_lens, response_lens = prompt_mask.sum(1).tolist(), response_mask.sum(1).tolist()
+    prompt_lens, response_lens = prompt_mask.long().sum(1).tolist(), response_mask.long().sum(1).tolist()
     prompts, responses = prompt_ids.tolist(), response_ids.tolist()
     number: dict[tuple[int, ...], int] = {}  # prompt -> its sequence
     ids, positions, segments = [], [], []  # per sequence
-    rows, index = [], []
+    rows, first, start = [], [], []  # per row: its sequence, the column predicting its token 0, its response's start
     for i in range(B):
         prompt = tuple(prompts[i][P - prompt_lens[i]:])
         if prompt not in number:
@@ -72,20 +72,25 @@ def pack_groups(
             positions.append(list(range(len(prompt))))
             segments.append([PROMPT] * len(prompt))
         g, p, n = number[prompt], len(prompt), response_lens[i]
-        start = len(ids[g])
-        segments[g] += [segments[g][-1] + 1 if start > p else 1] * n
+        rows.append(g)
+        start.append(len(ids[g]))
+        first.append(p - 1 if p else start[-1])  # (no prompt: nothing predicts token 0; its own column, as pack_left)
+        segments[g] += [segments[g][-1] + 1 if start[-1] > p else 1] * n
         ids[g] += responses[i][:n]
         positions[g] += range(p, p + n)
-        rows.append(g)
-        index.append([p - 1 if j == 0 else start + min(j, n) - 1 for j in range(R)])
-    width = max(len(s) for s in ids)
+    width = max(1, max(len(s) for s in ids))
+    on = dict(device=prompt_ids.device)
 
     def padded(seqs: list[list[int]], fill: int) -> torch.Tensor:
-        return torch.tensor([s + [fill] * (width - len(s)) for s in seqs], device=prompt_ids.device)
+        return torch.tensor([s + [fill] * (width - len(s)) for s in seqs], **on)
 
+    # index[i, j]: token j is predicted by column start + j - 1 of its sequence (token 0 by `first`); past the row's
+    # length, by its last token (those logprobs are masked)
+    j = torch.arange(R, **on)[None]
+    last = torch.tensor(start, **on)[:, None] + torch.minimum(j, torch.tensor(response_lens, **on)[:, None]) - 1
+    index = torch.where(j == 0, torch.tensor(first, **on)[:, None], last).clamp(min=0)
     return Packed(ids=padded(ids, 0), positions=padded(positions, 0), segments=padded(segments, PAD),
-                  rows=torch.tensor(rows, device=prompt_ids.device),
-                  index=torch.tensor(index, device=prompt_ids.device).clamp(min=0))
+                  rows=torch.tensor(rows, **on), index=index)
 
 
 def prompt_sharing_mask(segments: torch.Tensor):

@@ -260,10 +260,8 @@ class TitanTrainer:
         """The attention mask of `pack_groups`'s sequences: a flex BlockMask, or SDPA's bool [G, 1, L, L]."""
         if self.attention != "flex":
             return dense_mask(segments)
-        from torch.nn.attention.flex_attention import create_block_mask
-
         G, L = segments.shape
-        return create_block_mask(prompt_sharing_mask(segments), B=G, H=None, Q_LEN=L, KV_LEN=L, device=self.device)
+        return _block_mask()(prompt_sharing_mask(segments), B=G, H=None, Q_LEN=L, KV_LEN=L, device=self.device)
 
     # ------------------------------------------------------------------------------------------ weights and I/O
     def named_full_weights(self, dtype: torch.dtype | None = None, grads: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
@@ -321,6 +319,15 @@ class TitanTrainer:
 
     def load(self, directory: str | Path) -> None:
         titan_checkpoint.load_dcp(self, directory)
+
+
+@functools.cache
+def _block_mask():
+    """torch.compile(create_block_mask), as TorchTitan builds its masks: compiled, it works block by block and never
+    holds the [B, L, L] grid that the eager function evaluates (~10 bytes a pair: 11 GB for one 33k-token sequence)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return torch.compile(create_block_mask)
 
 
 def _ac_config(mode: str):

@@ -120,7 +120,9 @@ def masked_sdpa() -> type:
             if attention_masks is None:
                 return super().forward(q_BLNH, k_BLNH, v_BLNH, scale=scale, enable_gqa=enable_gqa, **kwargs)
             q, k, v = (t.transpose(1, 2) for t in (q_BLNH, k_BLNH, v_BLNH))  # (B, N, L, H) for SDPA
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_masks, scale=scale, enable_gqa=enable_gqa)
+            if enable_gqa:  # each query head's key/value head repeated: the memory-efficient kernel, which takes a
+                k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))  # mask, has no GQA
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_masks, scale=scale)
             return out.transpose(1, 2)
 
     return MaskedSDPA

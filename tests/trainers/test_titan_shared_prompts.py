@@ -34,6 +34,14 @@ def test_pack_groups_puts_a_prompts_responses_after_it_at_their_own_positions():
         assert p.positions[p.rows[i], p.index[i, j]] == 2 + (i == 1) + j  # at its position in its own row
 
 
+def test_rows_without_a_prompt_read_only_their_own_columns():
+    no_prompt = torch.zeros(2, 2, dtype=torch.long)
+    responses = torch.tensor([[7, 8], [9, 10]])
+    p = pack_groups(no_prompt, no_prompt.bool(), responses, responses != 0)
+    assert p.ids.tolist() == [[7, 8, 9, 10]] and p.rows.tolist() == [0, 0]
+    assert p.index.tolist() == [[0, 0], [2, 2]]  # token 0 has no predictor: its own column, never the other row's
+
+
 def test_a_response_sees_its_prompt_and_itself_never_another_response():
     segments = torch.tensor([[PROMPT] * 3 + [1] * 3 + [2] * 2, [PROMPT] * 4 + [1] + [PAD] * 3])
     mask = dense_mask(segments)

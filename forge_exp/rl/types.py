@@ -108,18 +108,6 @@ class TrainBatch:
     def __len__(self) -> int:
         return self.response_ids.shape[0]
 
-    def split(self, n: int) -> list["TrainBatch"]:
-        """Split into n micro-batches of near-equal size (for gradient accumulation)."""
-        size = -(-len(self) // n)
-        out = []
-        for start in range(0, len(self), size):
-            sl = slice(start, start + size)
-            out.append(
-                TrainBatch(
-                    **{
-                        k: (None if v is None else v[sl])  # every field is a tensor or None
-                        for k, v in self.__dict__.items()
-                    }
-                )
-            )
-        return out
+    def rows(self, index: slice | torch.Tensor) -> "TrainBatch":
+        """The batch of rows `index` (a slice, or a [n] long tensor of row numbers)."""
+        return TrainBatch(**{k: (None if v is None else v[index]) for k, v in self.__dict__.items()})

@@ -61,18 +61,16 @@ def pack_groups(
     R = response_ids.shape[1]
     prompt_lens, response_lens = prompt_mask.long().sum(1).tolist(), response_mask.long().sum(1).tolist()
     prompts, responses = prompt_ids.tolist(), response_ids.tolist()
-    number: dict[tuple[int, ...], int] = {}  # prompt -> its sequence
+    rows = prompt_groups(prompt_ids, prompt_mask).tolist()  # per row: its sequence
     ids, positions, segments = [], [], []  # per sequence
-    rows, first, start = [], [], []  # per row: its sequence, the column predicting its token 0, its response's start
-    for i in range(B):
-        prompt = tuple(prompts[i][P - prompt_lens[i]:])
-        if prompt not in number:
-            number[prompt] = len(ids)
-            ids.append(list(prompt))
+    first, start = [], []  # per row: the column predicting its token 0, its response's start
+    for i, g in enumerate(rows):
+        if g == len(ids):  # the prompt's first row (sequences are numbered in order of first appearance)
+            prompt = prompts[i][P - prompt_lens[i]:]
+            ids.append(prompt)
             positions.append(list(range(len(prompt))))
             segments.append([PROMPT] * len(prompt))
-        g, p, n = number[prompt], len(prompt), response_lens[i]
-        rows.append(g)
+        p, n = prompt_lens[i], response_lens[i]
         start.append(len(ids[g]))
         first.append(p - 1 if p else start[-1])  # (no prompt: nothing predicts token 0; its own column, as pack_left)
         segments[g] += [segments[g][-1] + 1 if start[-1] > p else 1] * n
@@ -91,6 +89,21 @@ def pack_groups(
     index = torch.where(j == 0, torch.tensor(first, **on)[:, None], last).clamp(min=0)
     return Packed(ids=padded(ids, 0), positions=padded(positions, 0), segments=padded(segments, PAD),
                   rows=torch.tensor(rows, **on), index=index)
+
+
+def prompt_groups(
+    prompt_ids: torch.Tensor,  # [B, P] long, left-padded
+    prompt_mask: torch.Tensor,  # [B, P] bool
+) -> torch.Tensor:
+    """[B] long: each row's prompt numbered 0, 1, ... in order of first appearance; rows with the same prompt
+    share a number. `.argsort(stable=True)` orders the rows so that each prompt's rows are adjacent."""
+    keys = torch.where(prompt_mask.bool(), prompt_ids, -1)  # the pads of equal prompts alike, whatever they hold
+    _, number = torch.unique(keys, dim=0, return_inverse=True)  # numbered in sorted order
+    row = torch.arange(len(number), device=number.device)
+    first = torch.full_like(row, len(row)).scatter_reduce(0, number, row, "amin")  # each number's first row
+    renumber = torch.empty_like(first)
+    renumber[first.argsort()] = row  # (the numbers no row has: first row B, last)
+    return renumber[number]
 
 
 def prompt_sharing_mask(segments: torch.Tensor):

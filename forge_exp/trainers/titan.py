@@ -21,7 +21,8 @@ of one TP group run the same ones.
 Layout (trainers/packing.py): each row's real tokens are packed to the left ([prompt | response | pads]) so that
 plain causal attention is exact without a padding mask, with positions 0..n-1 equal to the generator's
 (models/generate.py); with `share_prompts` the rows sharing a prompt are one sequence, [prompt | responses | pads],
-under a mask that keeps each response to the prompt and itself. The LM head is not run by the model
+under a mask that keeps each response to the prompt and itself, and a batch's rows are first ordered by prompt so
+that its micro-batches (and data-parallel shares) hold whole groups. The LM head is not run by the model
 (`_skip_lm_head`): the response positions' hidden states go through the chunked head of models/logprobs.py,
 vocabulary-parallel under TP, so [B, R, V] logits never exist.
 """
@@ -43,7 +44,7 @@ from forge_exp.models.logprobs import CHUNK_ROWS, head_logprobs
 from forge_exp.rl.types import TrainBatch
 from forge_exp.trainers.update import micro_batches, to_device, train_step
 from forge_exp.trainers import titan_checkpoint
-from forge_exp.trainers.packing import dense_mask, pack_groups, pack_left, prompt_sharing_mask
+from forge_exp.trainers.packing import dense_mask, pack_groups, pack_left, prompt_groups, prompt_sharing_mask
 from forge_exp.trainers.parallel import Degrees, check_model, parallel_dims
 from forge_exp.trainers.titan_compat import titan
 from forge_exp.trainers.titan_models import (
@@ -82,7 +83,8 @@ class TitanTrainer:
         `param_dtype`: compute dtype of the forward/backward (FSDP2 mixed precision; default bf16 on GPU, float32 on
         CPU); weights, gradients' reduction and AdamW state stay float32. `compile`: TorchTitan's per-block
         torch.compile; None: on CUDA, off on CPU (Inductor's C++ build costs more there than it saves).
-        `share_prompts`: the rows of a micro-batch that share a prompt run it once (trainers/packing.pack_groups).
+        `share_prompts`: the rows that share a prompt run it once (trainers/packing.pack_groups); a batch's rows are
+        ordered by prompt first, so that a micro-batch holds whole groups.
         `frozen`: a model that only scores (`score`: a reference model), with no gradients and no optimizer, its weights
         stored in `param_dtype` (no float32 master copy: nothing updates them)."""
         if activation_checkpointing not in AC_MODES:
@@ -181,7 +183,7 @@ class TitanTrainer:
 
         self.model.train()
         metrics = train_step(
-            batch,
+            self._by_prompt(batch)[0],
             logprobs_fn=functools.partial(self.logprobs, temperature=temperature),
             loss=self.loss,
             optimizer=self.optimizer,
@@ -227,10 +229,21 @@ class TitanTrainer:
         """[B, R] float32 logprobs of the whole batch's responses, on the host, without a gradient (a frozen
         reference model's pass): each data-parallel rank scores its share of the rows in one forward, and every
         rank returns the whole batch (collective)."""
+        batch, order = self._by_prompt(batch)
         out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=self.device)
         for mb, _, rows in micro_batches(batch, 1, self.dp_rank, self.degrees.dp):
             out[rows] = self.logprobs(to_device(mb, self.device), temperature)[0]
-        return (self._rows_over_dp(out) if self._dp_mesh is not None else out).cpu()
+        out = (self._rows_over_dp(out) if self._dp_mesh is not None else out).cpu()
+        return out if order is None else out[order.argsort()]  # back in the caller's row order
+
+    def _by_prompt(self, batch: TrainBatch) -> tuple[TrainBatch, torch.Tensor | None]:
+        """With `share_prompts`: the batch with each prompt's rows adjacent (in order of first appearance), so that
+        a micro-batch or a rank's share holds whole groups, and the order taken (None: the batch as it is). The
+        micro-batches' weights stay their shares of the rows."""
+        if not self.share_prompts:
+            return batch, None
+        order = prompt_groups(batch.prompt_ids, batch.prompt_mask).argsort(stable=True)
+        return batch.rows(order), order
 
     def _rows_over_dp(self, rows: torch.Tensor) -> torch.Tensor:
         """The [B, R] tensor whose rows each data-parallel rank filled for its share (zeros elsewhere), whole."""

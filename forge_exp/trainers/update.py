@@ -106,9 +106,7 @@ def micro_batches(
     for i in range(shard * grad_accum, (shard + 1) * grad_accum):
         lo, hi = bounds[i], bounds[i + 1]
         if hi > lo:
-            sl = slice(lo, hi)
-            part = TrainBatch(**{k: (v[sl] if isinstance(v, torch.Tensor) else v) for k, v in batch.__dict__.items()})
-            out.append((part, (hi - lo) / n, sl))
+            out.append((batch.rows(slice(lo, hi)), (hi - lo) / n, slice(lo, hi)))
     return out
 
 

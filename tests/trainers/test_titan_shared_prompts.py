@@ -1,6 +1,6 @@
 """`trainer.share_prompts`: the rows of a micro-batch that share a prompt run it once, as one sequence
-(trainers/packing.pack_groups). The layout, and the TorchTitan engine with it against the engine without it on
-the same batches (gloo, CPU, float32): the same loss, gradients and updated weights over 3 AdamW steps (<= 1e-5
+(trainers/packing.pack_groups), the batch's rows first ordered by prompt. The layout, and the TorchTitan engine
+with it against the engine without it on the batches in that order (gloo, CPU, float32): the same loss, gradients and updated weights over 3 AdamW steps (<= 1e-5
 relative) in one process (Qwen3, Llama 3), FSDP over 2 and TP over 2, and a frozen engine's scores (SDPA's dense
 mask, and flex's BlockMask: forward only, flex has no backward on CPU)."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from forge_exp.trainers.packing import PAD, PROMPT, dense_mask, pack_groups
+from forge_exp.trainers.packing import PAD, PROMPT, dense_mask, pack_groups, prompt_groups
 
 pytest.importorskip("torchtitan", reason="trainer=titan needs the titan extra")
 
@@ -34,6 +34,16 @@ def test_pack_groups_puts_a_prompts_responses_after_it_at_their_own_positions():
         assert p.positions[p.rows[i], p.index[i, j]] == 2 + (i == 1) + j  # at its position in its own row
 
 
+def test_prompt_groups_number_prompts_by_first_appearance_whatever_their_padding_holds():
+    prompt_ids = torch.tensor([[0, 5, 6], [1, 2, 3], [9, 5, 6], [4, 4, 4], [1, 2, 3], [7, 5, 6]])
+    prompt_mask = torch.tensor([[False, True, True], [True] * 3, [False, True, True], [True] * 3, [True] * 3,
+                                [True] * 3])  # rows 0 and 2: one prompt under different pad ids; row 5 another
+    groups = prompt_groups(prompt_ids, prompt_mask)
+    assert groups.tolist() == [0, 1, 0, 2, 1, 3]
+    assert groups.argsort(stable=True).tolist() == [0, 2, 1, 4, 3, 5]  # each prompt's rows adjacent, in their order
+    assert prompt_groups(torch.zeros(3, 2, dtype=torch.long), torch.zeros(3, 2, dtype=torch.bool)).tolist() == [0] * 3
+
+
 def test_rows_without_a_prompt_read_only_their_own_columns():
     no_prompt = torch.zeros(2, 2, dtype=torch.long)
     responses = torch.tensor([[7, 8], [9, 10]])
@@ -55,17 +65,22 @@ def test_a_response_sees_its_prompt_and_itself_never_another_response():
 
 @pytest.fixture(scope="module")
 def case(tmp_path_factory):
-    """Per family: a saved HF checkpoint, batches whose rows share prompts, and `train(parallelism, procs,
-    grad_accum, share_prompts)`: the engine's 3 steps on them (grad_accum 1: every row in one micro-batch; 2:
-    micro-batches of 3 rows, each holding part of a group)."""
+    """Per family: a saved HF checkpoint, batches whose rows share prompts (groups not adjacent), the same batches
+    with each prompt's rows adjacent ("grouped"), and `train(parallelism, procs, grad_accum, share_prompts)`: the
+    engine's 3 steps, with sharing on the batches as they are, without it on the grouped ones (the order the engine
+    with sharing trains in; grad_accum 2: micro-batches of 3 rows)."""
     cache = {}
 
     def get(family: str) -> dict:
         if family not in cache:
             c = saved_case(tmp_path_factory.mktemp(family), family, shared=True)
+            c["grouped"] = str(c["tmp"] / "grouped.pt")
+            torch.save([b.rows(prompt_groups(b.prompt_ids, b.prompt_mask).argsort(stable=True))
+                        for b in torch.load(c["batches"], weights_only=False)], c["grouped"])
             c["train"] = lambda parallelism, procs, grad_accum, share, **knobs: run_world(
-                procs, c["tmp"] / "runs", "parity_job", checkpoint=c["checkpoint"], batches=c["batches"],
-                parallelism=parallelism, grad_accum=grad_accum, share_prompts=share, **knobs)
+                procs, c["tmp"] / "runs", "parity_job", checkpoint=c["checkpoint"],
+                batches=c["batches"] if share else c["grouped"], parallelism=parallelism, grad_accum=grad_accum,
+                share_prompts=share, **knobs)
             cache[family] = c
         return cache[family]
 
@@ -103,6 +118,19 @@ def test_a_group_runs_its_prompt_once(case):
     # rows 0, 2, 5 and rows 1, 4 share their prompts: 3 sequences, the longest a prompt and its 3 responses
     lengths = batch.response_mask.sum(1)
     assert shapes[True] == (3, int(batch.prompt_mask[0].sum() + lengths[[0, 2, 5]].sum()))
+
+
+@pytest.mark.slow
+def test_a_micro_batch_holds_whole_groups(case):
+    """At grad_accum 2 the batch's 6 rows (prompts A B A C B A) train as [A A A] and [B B C]: 1 and 2 sequences,
+    where the rows in their own order would give 2 and 2."""
+    c = case("qwen3")
+    batch = torch.load(c["batches"], weights_only=False)[0]
+    lengths, prompt = batch.response_mask.sum(1), batch.prompt_mask.sum(1)
+    shapes = run_world(1, c["tmp"] / "runs", "train_shapes_job", checkpoint=c["checkpoint"], batches=c["batches"],
+                       grad_accum=2, share_prompts=True)
+    assert shapes == [(1, int(prompt[0] + lengths[[0, 2, 5]].sum())),
+                      (2, int(max(prompt[1] + lengths[[1, 4]].sum(), prompt[3] + lengths[3])))]
 
 
 @pytest.mark.slow

@@ -162,6 +162,18 @@ def frozen_job(checkpoint: str, batches: str, **knobs) -> dict:
     return {"scores": scores, "shapes": shapes}
 
 
+def train_shapes_job(checkpoint: str, batches: str, grad_accum: int, **knobs) -> list[tuple[int, ...]]:
+    """The token tensors' shapes the model is given in one training step on the first batch (one a micro-batch)."""
+    from forge_exp.trainers.parallel import degrees
+    from forge_exp.trainers.titan import TitanTrainer
+
+    trainer = TitanTrainer.from_pretrained(checkpoint, degrees=degrees("single", 1), loss=loss_fn(), lr=LR, **knobs)
+    shapes = []
+    trainer.model.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
+    train_and_record(trainer, torch.load(batches, weights_only=False)[:1], grad_accum)
+    return shapes
+
+
 def save_job(checkpoint: str, batches: str, parallelism: str, out_dir: str, hf_dir: str, grad_accum: int) -> dict:
     """Save the loaded weights in HF format (the round trip), train one step, save DCP, train one more: the second
     step's result is what a resumed run must reproduce."""

@@ -127,11 +127,11 @@ def set_aside(damaged: list[tuple[Path, str]]) -> list[str]:
 
 
 # What a resume may change: how long and where the run goes on, how it is evaluated, checkpointed and tracked, how
-# it is laid out over processes (a sharded checkpoint reshards on load); not what it trains (model, algorithm, data,
-# rewards, engines, seed). Exact keys, then prefixes.
-RESUME_MAY_CHANGE = ("steps", "progress", "output_dir")
-RESUME_MAY_CHANGE_UNDER = ("eval.", "checkpoint.", "tracking.", "logger.", "services.", "cluster.", "parallelism.",
-                           "model.warmstart.")
+# it is laid out over processes (a sharded checkpoint reshards on load), where the warm start is cached; not what it
+# trains (model, algorithm, data, rewards, engines, seed), nor the warm start's settings (they made the initial
+# policy, which the reference model of a run with the KL term reads again on resume). Exact keys, then prefixes.
+RESUME_MAY_CHANGE = ("steps", "progress", "output_dir", "model.warmstart.cache_dir")
+RESUME_MAY_CHANGE_UNDER = ("eval.", "checkpoint.", "tracking.", "logger.", "services.", "cluster.", "parallelism.")
 
 
 def config_changes(params: dict[str, str], resolved: dict) -> dict[str, tuple[str, str]]:

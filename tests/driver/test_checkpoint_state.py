@@ -135,12 +135,19 @@ def test_a_resume_may_change_when_and_where_the_run_goes_on_but_not_what_it_trai
     from forge_exp.driver.checkpoint import config_changes
 
     logged = {"steps": "30", "resume": "False", "eval.every": "0", "model.hidden_size": "32", "seed": "0",
-              "algorithm.loss.beta": "0.0", "parallelism.name": "fsdp", "removed.by.an.upgrade": "x"}
-    now = {"steps": 36, "resume": True, "eval": {"every": 5}, "model": {"hidden_size": 32}, "seed": 0,
+              "algorithm.loss.beta": "0.0", "parallelism.name": "fsdp", "removed.by.an.upgrade": "x",
+              "model.warmstart.cache_dir": "/a", "model.warmstart.steps": "20"}
+    now = {"steps": 36, "resume": True, "eval": {"every": 5},
+           "model": {"hidden_size": 32, "warmstart": {"cache_dir": "/b", "steps": 20}}, "seed": 0,
            "algorithm": {"loss": {"beta": 0.0}}, "parallelism": {"name": "single"},
            "dataset": {"bad_rows": "fail"}}  # (a key the run did not have)
     assert config_changes(logged, now) == {"steps": ("30", "36"), "eval.every": ("0", "5"),
-                                           "parallelism.name": ("fsdp", "single")}
+                                           "parallelism.name": ("fsdp", "single"),
+                                           "model.warmstart.cache_dir": ("/a", "/b")}
+    now["model"]["warmstart"]["steps"] = 40  # the initial policy, which a reference model loads again
+    with pytest.raises(ValueError, match=r"^resume=true: model\.warmstart\.steps=40 \(the run has 20\)"):
+        config_changes(logged, now)
+    now["model"]["warmstart"]["steps"] = 20
     now["model"]["hidden_size"], now["seed"] = 64, 1
     with pytest.raises(ValueError, match=r"^resume=true: model\.hidden_size=64 \(the run has 32\), seed=1 \(the run "
                                          r"has 0\): a resume continues the same training; give the run's values, or "

@@ -258,11 +258,8 @@ class TitanTrainer:
 
     @functools.lru_cache(maxsize=8)
     def _causal_mask(self, length: int):
-        from torch.nn.attention.flex_attention import create_block_mask
-
-        return create_block_mask(
-            lambda b, h, q, kv: q >= kv, B=None, H=None, Q_LEN=length, KV_LEN=length, device=self.device
-        )
+        return _block_mask()(lambda b, h, q, kv: q >= kv, B=None, H=None, Q_LEN=length, KV_LEN=length,
+                             device=self.device)
 
     def _hidden(self, ids: torch.Tensor, positions: torch.Tensor | None, masks) -> torch.Tensor:
         """The model's hidden states [n, L, D] after the final norm (the LM head is not run), on this rank."""

@@ -134,10 +134,12 @@ def test_a_micro_batch_holds_whole_groups(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("attention", ["sdpa", "flex"])  # flex: forward only on CPU (no backward there)
-def test_a_frozen_engine_sharing_prompts_scores_as_the_rows_do(case, attention):
+@pytest.mark.parametrize("attention,share", [("sdpa", True), ("flex", True), ("flex", False)])  # flex: forward
+def test_a_frozen_engine_scores_as_the_rows_do(case, attention, share):  # only on CPU (no backward there)
+    """Against the transformers model: with sharing under SDPA's dense mask and flex's BlockMask, and without
+    sharing under flex's causal BlockMask."""
     c = case("qwen3")
     got = run_world(1, c["tmp"] / "runs", "frozen_job", checkpoint=c["checkpoint"], batches=c["batches"],
-                    share_prompts=True, attention=attention)
+                    share_prompts=share, attention=attention)
     for scores, want in zip(got["scores"], transformers_scores(c["batches"])):
         assert scores.shape == want.shape and rel(scores, want) <= 1e-5

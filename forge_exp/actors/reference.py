@@ -12,11 +12,12 @@ from forge_exp.runtime.build import build
 
 
 class ReferenceModel(Actor):
-    def __init__(self, model, init_path: str | None, temperature: float, *, devices, threads):
+    def __init__(self, model, init_path: str | None, temperature: float, share_prompts: bool = False, *, devices,
+                 threads):
         self.device = place(devices, threads)
         self.model = build(model, "model").loading(init_path).build(self.device)
         self.model.eval().requires_grad_(False)
-        self.temperature = temperature
+        self.temperature, self.share_prompts = temperature, share_prompts  # (trainer.share_prompts)
 
     @endpoint
     async def logprobs(self, batch: TrainBatch) -> torch.Tensor:
@@ -29,5 +30,6 @@ class ReferenceModel(Actor):
                 batch.response_ids.to(self.device),
                 batch.response_mask.to(self.device),
                 self.temperature,
+                share_prompts=self.share_prompts,
             )
         return lp.cpu()

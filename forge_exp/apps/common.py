@@ -199,6 +199,7 @@ class ReferencePlan:
     path: str | None  # the initial weights: the warm start's, or None (model.path, or the seeded initialisation)
     model: ModelBase
     temperature: float
+    share_prompts: bool  # trainer.share_prompts: a group's prompt once in the service's forward too
 
     @classmethod
     def of(cls, cfg, warm_start: WarmStart | None, resumed: bool) -> ReferencePlan | None:
@@ -212,12 +213,14 @@ class ReferencePlan:
                 raise ValueError(f"resume: the reference model (algorithm.beta > 0) is the run's initial policy, the "
                                  f"warm start cached in {warm_start.dir}, which is gone; restore it, or start a new run")
             path = str(warm_start.dir)
-        return cls(cfg.reference_service, cfg.trainer_hosts_reference, path, cfg.model, cfg.algorithm.temperature)
+        return cls(cfg.reference_service, cfg.trainer_hosts_reference, path, cfg.model, cfg.algorithm.temperature,
+                   cfg.trainer.share_prompts)
 
     async def start(self, runtime, trainer: Service) -> Service:
         """The service that answers the reference calls (after any warm start: it may read its weights)."""
         if self.service:
-            return runtime.spawn("ref_model", ReferenceModel, self.model, self.path, self.temperature)
+            return runtime.spawn("ref_model", ReferenceModel, self.model, self.path, self.temperature,
+                                 self.share_prompts)
         if self.hosted:
             await trainer.route().load_reference.call_one(self.path)
         return trainer

@@ -21,6 +21,12 @@ class TrainerBackend:
     collective: ClassVar[bool] = False
     sft: ClassVar[bool] = True  # runs algorithm=sft too
     lora: ClassVar[bool] = True  # trains LoRA adapters (model.lora)
+    # the rows of a micro-batch that share a prompt (a group's samples) run it once: one sequence of the prompt and
+    # their responses, each response attending to the prompt and itself (models/packing.py), in the trainer's
+    # forward and the reference model's. The same logprobs and gradients; fewer tokens a forward (29% at 8 samples
+    # of 256 + 512). The attention then takes a dense mask; titan on GPU: with attention=flex (its empty blocks
+    # skipped). The batch's rows are ordered by prompt first, so that a micro-batch holds whole groups
+    share_prompts: bool = False
 
 
 @dataclass
@@ -37,11 +43,6 @@ class TitanTrainerConfig(TrainerBackend):
     compile: Optional[bool] = None  # per-block torch.compile; null: on for CUDA (benchmarks/gpu.md), off on CPU
     attention: AttentionBackend = AttentionBackend.sdpa  # sdpa | flex (flex has no backward on CPU)
     chunk_rows: int = 4096  # rows of logits alive at once in the chunked logprobs (memory vs speed)
-    # the rows of a micro-batch that share a prompt (a group's samples) run it once: one sequence of the prompt and
-    # their responses, each response attending to the prompt and itself (trainers/packing.py). The same logprobs
-    # and gradients; fewer tokens a forward (29% at 8 samples of 256 + 512). On GPU use it with attention=flex (the
-    # mask's empty blocks skipped; SDPA gets a dense mask and computes all of them)
-    share_prompts: bool = False
     param_dtype: Optional[DType] = None  # compute dtype; null: bfloat16 on GPU, float32 on CPU (weights stay float32)
     # the KL term's reference model (algorithm.beta > 0) runs in the trainer's processes on this engine: a frozen
     # copy of the initial weights, sharded, compiled and run like the policy (its weights in the compute dtype),

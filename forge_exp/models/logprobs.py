@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from forge_exp.models.generate import positions_from_mask
+from forge_exp.models.packing import dense_mask, pack_groups
 
 if TYPE_CHECKING:  # only annotations here: the modeling code loads with the model (models/hf.py)
     from transformers import PreTrainedModel
@@ -37,14 +38,28 @@ def sequence_logprobs(
     response_mask: torch.Tensor,  # [B, R] bool
     temperature: float = 1.0,
     chunk_rows: int = CHUNK_ROWS,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return `(logprobs [B, R], entropy [B, R])` in float32; both are 0 where response_mask is False.
 
     Differentiable (call under torch.no_grad() for reference/old-policy logprobs). Only the R positions that predict
-    response tokens go through the LM head, chunked (see `head_logprobs`).
+    response tokens go through the LM head, chunked (see `head_logprobs`). `share_prompts`: the rows that share a
+    prompt run it once, as one sequence under a mask (models/packing.py; the same values up to rounding).
     """
     B, R = response_ids.shape
     P = prompt_ids.shape[1]
+    if share_prompts:
+        head = model.get_output_embeddings()
+        if not _plain_linear_head(model, head):
+            raise ValueError(f"trainer.share_prompts=true: {type(model).__name__} applies its own LM head (a bias or "
+                             f"logit soft-capping), which the shared layout does not run; set it false")
+        packed = pack_groups(prompt_ids, prompt_mask, response_ids, response_mask)
+        hidden = model.get_decoder()(input_ids=packed.ids, attention_mask=_custom_mask(model, packed.segments),
+                                     position_ids=packed.positions, use_cache=False).last_hidden_state
+        h = hidden[packed.rows[:, None], packed.index]  # [B, R, D]: each row's from its prompt's sequence
+        lp, ent = head_logprobs(h.reshape(B * R, -1), head.weight, response_ids.reshape(-1), temperature, chunk_rows)
+        keep = response_mask.bool()
+        return lp.view(B, R).masked_fill(~keep, 0.0), ent.view(B, R).masked_fill(~keep, 0.0)
     # The last response token predicts nothing and, attention being causal, changes no earlier position: it is
     # left out of the forward (one column fewer: 1/(P+R) of the trainer's compute).
     ids = torch.cat([prompt_ids, response_ids[:, :-1]], dim=1)  # [B, P+R-1]
@@ -68,6 +83,21 @@ def sequence_logprobs(
         token_logprobs, entropy = lp.view(B, R), ent.view(B, R)
     keep = response_mask.bool()
     return token_logprobs.masked_fill(~keep, 0.0), entropy.masked_fill(~keep, 0.0)
+
+
+def _custom_mask(model: PreTrainedModel, segments: torch.Tensor) -> torch.Tensor:
+    """The [G, 1, L, L] mask of `pack_groups`'s sequences as the model's attention takes a ready 4D mask: bool for
+    SDPA (and forge-exp's own Qwen3, models/qwen3.py, either way), additive for transformers' eager attention."""
+    mask = dense_mask(segments)
+    attention = getattr(model.config, "_attn_implementation", None)  # transformers' (forge-exp's Qwen3 has none)
+    if attention in (None, "sdpa"):
+        return mask
+    if attention == "eager":
+        dtype = torch.get_autocast_dtype(segments.device.type) if torch.is_autocast_enabled(segments.device.type) \
+            else model.dtype
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+    raise ValueError(f"trainer.share_prompts=true: attention {attention!r} takes no mask of its own; use "
+                     f"model.attn_implementation=sdpa or eager")
 
 
 def _causal_is_enough(

@@ -186,7 +186,7 @@ class DecoderLayer(nn.Module):
 
 
 def build_mask(
-    attention_mask: torch.Tensor | None,  # [B, K] 1 = real token, over the cached and the new positions
+    attention_mask: torch.Tensor | None,  # [B, K] 1 = real token (the cached and the new positions), or ready 4D
     position_ids: torch.Tensor,  # [B, T] of the new positions
     past: int,  # positions already in the cache (K = past + T)
 ) -> torch.Tensor | None:
@@ -195,7 +195,10 @@ def build_mask(
     Query t sits at index past + t and sees the keys at or before it that the padding mask keeps. Without a padding
     mask, rows whose position ids restart (packed examples, trainers/sft.py) see only their own example, as
     transformers derives it (a new example wherever a position is not the one before it plus one). A query that
-    would see nothing (left padding) sees itself, so that it gives a finite value instead of NaN."""
+    would see nothing (left padding) sees itself, so that it gives a finite value instead of NaN. A mask that is
+    already [B, 1, T, K] (models/packing.py's) is used as it is, as transformers does."""
+    if attention_mask is not None and attention_mask.dim() == 4:
+        return attention_mask.bool()
     B, T = position_ids.shape
     if past == 0 and attention_mask is None:
         starts = torch.diff(position_ids, dim=-1) != 1
@@ -227,7 +230,7 @@ class Qwen3Model(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,  # [B, T] long
-        attention_mask: torch.Tensor | None = None,  # [B, past + T]
+        attention_mask: torch.Tensor | None = None,  # [B, past + T], or a ready [B, 1, T, past + T] bool
         position_ids: torch.Tensor | None = None,  # [B, T]
         past_key_values: KVCache | None = None,
         use_cache: bool = False,

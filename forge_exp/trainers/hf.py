@@ -46,9 +46,11 @@ class HFTrainer:
         loss_inputs: set[str],
         init_path: str | None = None,
         resume_step: int = 0,
+        share_prompts: bool = False,
     ):
         """Load the weights (init_path: a warm start or a checkpoint, else the model's own), build AdamW; when
-        resuming (resume_step > 0) init_path is the checkpoint and its optimizer state is restored too."""
+        resuming (resume_step > 0) init_path is the checkpoint and its optimizer state is restored too.
+        `share_prompts`: the rows that share a prompt run it once in a forward (models/packing.py)."""
         check_loss_inputs(loss, loss_inputs)
         spec = model.loading(init_path)
         self.lora = spec.lora_spec
@@ -65,6 +67,7 @@ class HFTrainer:
         if resume_step:
             self._optimizer.result()
         self.step = resume_step
+        self.share_prompts = share_prompts
         self.schedule = None
         self.rank = 0  # one process: it answers every call and pushes the weights
 
@@ -106,7 +109,8 @@ class HFTrainer:
     def train_step(self, batch: TrainBatch, *, grad_accum: int, max_grad_norm: float, temperature: float,
                    mask_truncated: bool, version: int | None = None) -> dict[str, float]:
         metrics = policy_update(self.policy, batch, grad_accum=grad_accum, max_grad_norm=max_grad_norm,
-                                temperature=temperature, mask_truncated=mask_truncated, version=version)
+                                temperature=temperature, mask_truncated=mask_truncated, version=version,
+                                share_prompts=self.share_prompts)
         self.step += 1
         return metrics
 
@@ -163,7 +167,8 @@ class HFTrainer:
         try:
             with self.model.disable_adapter(), autocast(self.device, self.compute_dtype):
                 lp, _ = sequence_logprobs(self.model, *(t.to(self.device) for t in (
-                    batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask)), temperature)
+                    batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask)), temperature,
+                    share_prompts=self.share_prompts)
         finally:
             self.model.train(was_training)
         return lp.cpu()

@@ -18,7 +18,7 @@ FSDP2 with float32 master weights kept sharded and `param_dtype` compute), then 
 shard. Every rank receives the whole TrainBatch; its data-parallel coordinate picks its micro-batches, and the ranks
 of one TP group run the same ones.
 
-Layout (trainers/packing.py): each row's real tokens are packed to the left ([prompt | response | pads]) so that
+Layout (models/packing.py): each row's real tokens are packed to the left ([prompt | response | pads]) so that
 plain causal attention is exact without a padding mask, with positions 0..n-1 equal to the generator's
 (models/generate.py); with `share_prompts` the rows sharing a prompt are one sequence, [prompt | responses | pads],
 under a mask that keeps each response to the prompt and itself, and a batch's rows are first ordered by prompt so
@@ -41,10 +41,10 @@ from torch.distributed.tensor import DTensor
 
 from forge_exp.choices import ACTIVATION_CHECKPOINTING
 from forge_exp.models.logprobs import CHUNK_ROWS, head_logprobs
+from forge_exp.models.packing import dense_mask, pack_groups, pack_left, prompt_sharing_mask
 from forge_exp.rl.types import TrainBatch
-from forge_exp.trainers.update import micro_batches, to_device, train_step
+from forge_exp.trainers.update import by_prompt, micro_batches, to_device, train_step
 from forge_exp.trainers import titan_checkpoint
-from forge_exp.trainers.packing import dense_mask, pack_groups, pack_left, prompt_groups, prompt_sharing_mask
 from forge_exp.trainers.parallel import Degrees, check_model, parallel_dims
 from forge_exp.trainers.titan_compat import titan
 from forge_exp.trainers.titan_models import (
@@ -83,7 +83,7 @@ class TitanTrainer:
         `param_dtype`: compute dtype of the forward/backward (FSDP2 mixed precision; default bf16 on GPU, float32 on
         CPU); weights, gradients' reduction and AdamW state stay float32. `compile`: TorchTitan's per-block
         torch.compile; None: on CUDA, off on CPU (Inductor's C++ build costs more there than it saves).
-        `share_prompts`: the rows that share a prompt run it once (trainers/packing.pack_groups); a batch's rows are
+        `share_prompts`: the rows that share a prompt run it once (models/packing.pack_groups); a batch's rows are
         ordered by prompt first, so that a micro-batch holds whole groups.
         `frozen`: a model that only scores (`score`: a reference model), with no gradients and no optimizer, its weights
         stored in `param_dtype` (no float32 master copy: nothing updates them)."""
@@ -183,7 +183,7 @@ class TitanTrainer:
 
         self.model.train()
         metrics = train_step(
-            self._by_prompt(batch)[0],
+            by_prompt(batch)[0] if self.share_prompts else batch,
             logprobs_fn=functools.partial(self.logprobs, temperature=temperature),
             loss=self.loss,
             optimizer=self.optimizer,
@@ -229,21 +229,12 @@ class TitanTrainer:
         """[B, R] float32 logprobs of the whole batch's responses, on the host, without a gradient (a frozen
         reference model's pass): each data-parallel rank scores its share of the rows in one forward, and every
         rank returns the whole batch (collective)."""
-        batch, order = self._by_prompt(batch)
+        batch, order = by_prompt(batch) if self.share_prompts else (batch, None)
         out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=self.device)
         for mb, _, rows in micro_batches(batch, 1, self.dp_rank, self.degrees.dp):
             out[rows] = self.logprobs(to_device(mb, self.device), temperature)[0]
         out = (self._rows_over_dp(out) if self._dp_mesh is not None else out).cpu()
         return out if order is None else out[order.argsort()]  # back in the caller's row order
-
-    def _by_prompt(self, batch: TrainBatch) -> tuple[TrainBatch, torch.Tensor | None]:
-        """With `share_prompts`: the batch with each prompt's rows adjacent (in order of first appearance), so that
-        a micro-batch or a rank's share holds whole groups, and the order taken (None: the batch as it is). The
-        micro-batches' weights stay their shares of the rows."""
-        if not self.share_prompts:
-            return batch, None
-        order = prompt_groups(batch.prompt_ids, batch.prompt_mask).argsort(stable=True)
-        return batch.rows(order), order
 
     def _rows_over_dp(self, rows: torch.Tensor) -> torch.Tensor:
         """The [B, R] tensor whose rows each data-parallel rank filled for its share (zeros elsewhere), whole."""

@@ -7,7 +7,7 @@ compile to them.
 
 Departures from TorchTitan's registry flavours (why):
 - inner attention is SDPA (causal) or flex with a plain causal mask, never TorchTitan's document mask: the trainer
-  packs each row's real tokens to the left (trainers/packing.py), so causal attention is exact and no mask is built.
+  packs each row's real tokens to the left (models/packing.py), so causal attention is exact and no mask is built.
   TorchTitan's `get_attention_config("sdpa")` refuses SDPA for language models, so the config is set directly.
   With `share_prompts` the rows of a prompt are one sequence and attention takes their mask: a flex BlockMask, or a
   bool tensor that `masked_sdpa` hands to SDPA (TorchTitan's SDPA takes no mask).
@@ -105,7 +105,7 @@ def arch_from_hf(config: dict) -> Arch:
 @functools.cache
 def masked_sdpa() -> type:
     """TorchTitan's SDPA inner attention, which also takes a bool mask [B, 1, L, L] as `attention_masks` (True:
-    attends; the prompt-sharing layout of trainers/packing.py). Without one it is TorchTitan's causal SDPA."""
+    attends; the prompt-sharing layout of models/packing.py). Without one it is TorchTitan's causal SDPA."""
     titan()
     import torch.nn.functional as F
     from torchtitan.models.common.attention import ScaledDotProductAttention

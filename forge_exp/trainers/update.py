@@ -29,6 +29,7 @@ import torch
 
 from forge_exp.models.device import host_floats
 from forge_exp.models.logprobs import sequence_logprobs
+from forge_exp.models.packing import prompt_groups
 from forge_exp.rl.losses import describe_loss, call_loss
 from forge_exp.rl.mismatch import mismatch_metrics
 from forge_exp.rl.types import TrainBatch
@@ -108,6 +109,14 @@ def micro_batches(
         if hi > lo:
             out.append((batch.rows(slice(lo, hi)), (hi - lo) / n, slice(lo, hi)))
     return out
+
+
+def by_prompt(batch: TrainBatch) -> tuple[TrainBatch, torch.Tensor]:
+    """The batch with each prompt's rows adjacent (prompts in order of first appearance, a prompt's rows in their
+    order), and the order taken. With `share_prompts` a micro-batch (or a data-parallel rank's share) then holds
+    whole groups: the replay buffer hands a batch's rows over shuffled."""
+    order = prompt_groups(batch.prompt_ids, batch.prompt_mask).argsort(stable=True)
+    return batch.rows(order), order
 
 
 def train_step(
@@ -197,6 +206,7 @@ def policy_update(
     temperature: float,
     mask_truncated: bool = False,
     version: int | None = None,
+    share_prompts: bool = False,
 ) -> dict[str, float]:
     """The transformers trainer's step: `train_step` on one process with the HF model's logprobs."""
     model = policy.model
@@ -204,10 +214,11 @@ def policy_update(
 
     def logprobs_fn(mb: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
         with policy.autocast():
-            return sequence_logprobs(model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask, temperature)
+            return sequence_logprobs(model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask, temperature,
+                                     share_prompts=share_prompts)
 
     return train_step(
-        batch,
+        by_prompt(batch)[0] if share_prompts else batch,
         logprobs_fn=logprobs_fn,
         loss=policy.loss,
         optimizer=policy.optimizer,

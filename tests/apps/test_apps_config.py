@@ -128,3 +128,11 @@ def test_the_reference_model_is_the_runs_first_policy_after_a_resume_too(tmp_pat
     lora = typed("algorithm.beta=0.04", "experiment=tiny_lora")
     assert not ReferencePlan.of(lora, WarmStart.of(lora), resumed=True).service
     assert ReferencePlan.of(typed("algorithm.beta=0"), warm, resumed=True) is None
+
+
+def test_the_reference_service_shares_prompts_as_the_trainer_does():
+    from forge_exp.apps.common import ReferencePlan
+
+    for share in (False, True):
+        plan = ReferencePlan.of(typed("algorithm.beta=0.04", f"trainer.share_prompts={str(share).lower()}"), None, False)
+        assert plan.service and plan.share_prompts is share

@@ -51,3 +51,20 @@ def build_from(path, dtype: str = "float32"):
 
     spec = ModelSpec(path=str(path), dtype=dtype)
     return spec.build(), spec.tokenizer()
+
+
+def train_batch(prompts: list[str], responses: list[list[int]], seed: int = 0):
+    """A TrainBatch of `prompts` (left-padded) and `responses` (token ids, right-padded), with behaviour and reference
+    logprobs and advantages drawn from `seed`."""
+    from forge_exp.models.generate import left_pad
+    from forge_exp.rl.types import TrainBatch
+
+    g = torch.Generator().manual_seed(seed)
+    prompt_ids, prompt_mask = left_pad(encode(prompts), 0)
+    response_ids, response_mask = right_pad(responses, 0)
+    n = len(prompts)
+    return TrainBatch(prompt_ids, prompt_mask, response_ids, response_mask,
+                      behavior_logprobs=-torch.rand(response_ids.shape, generator=g) * response_mask,
+                      advantages=torch.randn(n, generator=g), truncated=torch.zeros(n, dtype=torch.bool),
+                      policy_versions=torch.zeros(n, dtype=torch.long),
+                      ref_logprobs=-torch.rand(response_ids.shape, generator=g) * response_mask)

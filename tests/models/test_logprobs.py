@@ -76,3 +76,57 @@ def test_unpadded_prompts_take_the_causal_path_and_match_the_masked_one():
         ref = torch.log_softmax(logits, -1)
         assert torch.allclose(causal[0][i, : len(r)].double(), ref[torch.arange(len(r)), r], atol=1e-5, rtol=0)
         assert torch.allclose(causal[1][i, : len(r)].double(), -(ref.exp() * ref).sum(-1), atol=1e-5, rtol=0)
+
+
+def _transformers_llama(attention: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(5)
+    config = LlamaConfig(vocab_size=len(TOK), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0)
+    return LlamaForCausalLM._from_config(config, attn_implementation=attention).eval()
+
+
+@pytest.mark.parametrize("model", ["qwen3 sdpa", "qwen3 eager", "transformers sdpa", "transformers eager"])
+def test_shared_prompts_give_the_separate_rows_logprobs_entropies_and_gradients(model):
+    """trainer.share_prompts: rows 0, 2, 5 share a prompt and rows 1, 4 another (not adjacent, prompts of different
+    lengths, so left padding differs): the same values and gradients as the rows run one by one, from forge-exp's
+    own Qwen3 and from transformers' Llama under either attention, in fewer, longer sequences. Float32 (both models'
+    norms compute in float32 whatever the weights: gradients summed in another order differ by ~1e-7)."""
+    family, attention = model.split()
+    net = peaky_model(seed=4) if family == "qwen3" else _transformers_llama(attention)
+    if family == "qwen3":
+        net.config.attn_implementation = attention
+        for layer in net.model.layers:
+            layer.self_attn.eager = attention == "eager"
+    prompts = encode(["37+48=", "1+2=", "37+48=", "905*12=", "1+2=", "37+48="])
+    prompt_ids, prompt_mask = left_pad(prompts, 0)
+    response_ids, response_mask = right_pad([[5, 7, 1], [9], [6, 6, 6, 6, 1], [4, 4], [8, 1], [3]], 0)
+    weights = torch.randn(response_ids.shape, generator=torch.Generator().manual_seed(0))
+    got = {}
+    for share in (False, True):
+        net.zero_grad()
+        shapes = []
+        hook = net.get_decoder().register_forward_pre_hook(
+            lambda module, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+        lp, ent = sequence_logprobs(net, prompt_ids, prompt_mask, response_ids, response_mask, 0.8,
+                                    share_prompts=share)
+        hook.remove()
+        ((lp + ent) * weights).sum().backward()
+        got[share] = lp.detach(), ent.detach(), {n: p.grad.clone() for n, p in net.named_parameters()}, shapes
+    (lp0, ent0, grads0, shapes0), (lp1, ent1, grads1, shapes1) = got[False], got[True]
+    assert torch.allclose(lp1, lp0, atol=1e-5, rtol=0) and torch.allclose(ent1, ent0, atol=1e-5, rtol=0)
+    assert (lp0[response_mask] < -1e-3).any()  # not a trivially certain model
+    for name, grad in grads0.items():
+        assert grad.norm() > 0 and (grads1[name] - grad).norm() <= 1e-5 * grad.norm(), name
+    assert shapes0 == [(6, prompt_ids.shape[1] + response_ids.shape[1] - 1)]
+    assert shapes1 == [(3, len(prompts[0]) + 3 + 5 + 1)]  # "37+48=" and its three responses: the longest sequence
+
+
+def test_shared_prompts_refuse_a_head_they_would_not_run():
+    model = peaky_model()
+    model.lm_head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    prompt_ids, prompt_mask = left_pad(encode(["1+2=", "1+2="]), 0)
+    response_ids, response_mask = right_pad([[5, 1], [7]], 0)
+    with pytest.raises(ValueError, match=r"^trainer\.share_prompts=true: Qwen3ForCausalLM applies its own LM head"):
+        sequence_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, share_prompts=True)

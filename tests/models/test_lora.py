@@ -21,7 +21,7 @@ from forge_exp.rl.losses.grpo import GRPOLoss
 from forge_exp.rl.types import TrainBatch
 from forge_exp.trainers.hf import HFTrainer
 from forge_exp.trainers.update import available_inputs
-from tests.models.helpers import PROMPTS, encode, right_pad
+from tests.models.helpers import PROMPTS, encode, train_batch
 
 peft = pytest.importorskip("peft")
 LORA = {"rank": 4, "alpha": 8.0, "dropout": 0.0, "target_modules": None, "layers": None}
@@ -39,17 +39,7 @@ def trainer(path=None, resume_step: int = 0, lr: float = 0.05, **lora) -> HFTrai
 
 
 def batch(seed: int = 0) -> TrainBatch:
-    g = torch.Generator().manual_seed(seed)
-    prompts = encode(PROMPTS)
-    prompt_ids, prompt_mask = right_pad([p[::-1] for p in prompts], 0)  # left padding: reverse, pad, reverse
-    prompt_ids, prompt_mask = prompt_ids.flip(1), prompt_mask.flip(1)
-    response_ids, response_mask = right_pad([[5 + (i + j) % 9 for j in range(2 + i % 4)] for i in range(6)], 0)
-    n = len(prompts)
-    return TrainBatch(prompt_ids, prompt_mask, response_ids, response_mask,
-                      behavior_logprobs=-torch.rand(response_ids.shape, generator=g) * response_mask,
-                      advantages=torch.randn(n, generator=g), truncated=torch.zeros(n, dtype=torch.bool),
-                      policy_versions=torch.zeros(n, dtype=torch.long),
-                      ref_logprobs=-torch.rand(response_ids.shape, generator=g) * response_mask)
+    return train_batch(PROMPTS, [[5 + (i + j) % 9 for j in range(2 + i % 4)] for i in range(6)], seed)
 
 
 def train(t: HFTrainer, steps: int, first: int = 0) -> None:

@@ -63,7 +63,7 @@ def test_tp_must_divide_heads_and_vocabulary():
 
 
 def test_pack_left_moves_padding_after_the_real_tokens():
-    from forge_exp.trainers.packing import pack_left
+    from forge_exp.models.packing import pack_left
 
     prompt_ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])  # left-padded (pad 0)
     prompt_mask = prompt_ids != 0

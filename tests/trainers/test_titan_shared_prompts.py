@@ -1,5 +1,5 @@
 """`trainer.share_prompts`: the rows of a micro-batch that share a prompt run it once, as one sequence
-(trainers/packing.pack_groups), the batch's rows first ordered by prompt. The layout, and the TorchTitan engine
+(models/packing.pack_groups), the batch's rows first ordered by prompt. The layout, and the TorchTitan engine
 with it against the engine without it on the batches in that order (gloo, CPU, float32): the same loss, gradients and updated weights over 3 AdamW steps (<= 1e-5
 relative) in one process (Qwen3, Llama 3), FSDP over 2 and TP over 2, and a frozen engine's scores (SDPA's dense
 mask, and flex's BlockMask: forward only, flex has no backward on CPU)."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from forge_exp.trainers.packing import PAD, PROMPT, dense_mask, pack_groups, prompt_groups
+from forge_exp.models.packing import PAD, PROMPT, dense_mask, pack_groups, prompt_groups
 
 pytest.importorskip("torchtitan", reason="trainer=titan needs the titan extra")
 

@@ -6,7 +6,8 @@ generator's positions for the same row (see models/generate.py), so the recomput
 logprobs for the same weights. Logprobs and entropies are of the temperature-scaled distribution
 `softmax(logits / T)`; T == 0 (greedy) is treated as T = 1, as in the generator.
 
-The LM head runs in `head_logprobs`: chunks of rows through `hidden @ W.T`, so the [N, V] logits of a 152k-token
+The LM head runs in `head_logprobs`, on the responses' own tokens alone (`response_logprobs`: a batch is padded to
+its longest completion): chunks of rows through `hidden @ W.T`, so the [N, V] logits of a 152k-token
 vocabulary never exist at once (forward or backward) — the backward recomputes each chunk's logits instead of
 keeping them, one extra head matmul for a [chunk, V] peak instead of [N, V]. Both trainers use it (the HF one
 through `sequence_logprobs`, the TorchTitan one in trainers/titan.py); with tensor parallelism the head's weight is
@@ -42,11 +43,11 @@ def sequence_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return `(logprobs [B, R], entropy [B, R])` in float32; both are 0 where response_mask is False.
 
-    Differentiable (call under torch.no_grad() for reference/old-policy logprobs). Only the R positions that predict
-    response tokens go through the LM head, chunked (see `head_logprobs`). `share_prompts`: the rows that share a
+    Differentiable (call under torch.no_grad() for reference/old-policy logprobs). Only the positions that predict
+    response tokens go through the LM head, chunked (`response_logprobs`). `share_prompts`: the rows that share a
     prompt run it once, as one sequence under a mask (models/packing.py; the same values up to rounding).
     """
-    B, R = response_ids.shape
+    R = response_ids.shape[1]
     P = prompt_ids.shape[1]
     if share_prompts:
         head = model.get_output_embeddings()
@@ -57,9 +58,7 @@ def sequence_logprobs(
         hidden = model.get_decoder()(input_ids=packed.ids, attention_mask=_custom_mask(model, packed.segments),
                                      position_ids=packed.positions, use_cache=False).last_hidden_state
         h = hidden[packed.rows[:, None], packed.index]  # [B, R, D]: each row's from its prompt's sequence
-        lp, ent = head_logprobs(h.reshape(B * R, -1), head.weight, response_ids.reshape(-1), temperature, chunk_rows)
-        keep = response_mask.bool()
-        return lp.view(B, R).masked_fill(~keep, 0.0), ent.view(B, R).masked_fill(~keep, 0.0)
+        return response_logprobs(h, head.weight, response_ids, response_mask, temperature, chunk_rows)
     # The last response token predicts nothing and, attention being causal, changes no earlier position: it is
     # left out of the forward (one column fewer: 1/(P+R) of the trainer's compute).
     ids = torch.cat([prompt_ids, response_ids[:, :-1]], dim=1)  # [B, P+R-1]
@@ -69,20 +68,44 @@ def sequence_logprobs(
     else:
         positions = positions_from_mask(mask)
     head = model.get_output_embeddings()
-    if not _plain_linear_head(model, head):  # a head with a bias or logit soft-capping: the model applies it
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=R)
-        logits = out.logits.float() / (temperature if temperature > 0 else 1.0)
-        log_probs = torch.log_softmax(logits, dim=-1)  # [B, R, V]
-        token_logprobs = log_probs.gather(-1, response_ids[..., None]).squeeze(-1)
-        entropy = -(log_probs.exp() * log_probs).sum(-1)
-    else:
+    if _plain_linear_head(model, head):
         hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
         # The hidden state at column t predicts token t+1: columns P-1 .. P+R-2 predict the R response tokens.
         h = hidden.last_hidden_state[:, P - 1 :]  # [B, R, D]
-        lp, ent = head_logprobs(h.reshape(B * R, -1), head.weight, response_ids.reshape(-1), temperature, chunk_rows)
-        token_logprobs, entropy = lp.view(B, R), ent.view(B, R)
+        return response_logprobs(h, head.weight, response_ids, response_mask, temperature, chunk_rows)
+    # a head with a bias or logit soft-capping: the model applies it
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=R)
+    logits = out.logits.float() / (temperature if temperature > 0 else 1.0)
+    log_probs = torch.log_softmax(logits, dim=-1)  # [B, R, V]
+    token_logprobs = log_probs.gather(-1, response_ids[..., None]).squeeze(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
     keep = response_mask.bool()
     return token_logprobs.masked_fill(~keep, 0.0), entropy.masked_fill(~keep, 0.0)
+
+
+def response_logprobs(
+    hidden: torch.Tensor,  # [B, R, D] the final hidden states that predict the R response tokens
+    weight: torch.Tensor,  # the LM head's weight (see head_logprobs)
+    response_ids: torch.Tensor,  # [B, R] long
+    response_mask: torch.Tensor,  # [B, R] bool
+    temperature: float = 1.0,
+    chunk_rows: int = CHUNK_ROWS,
+    group: dist.ProcessGroup | None = None,
+    vocab_start: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(logprobs [B, R], entropy [B, R])` float32, 0 off the response mask: the head runs on the response's own
+    tokens alone, not on the padding after the shorter ones (GRPO's completions differ in length, and a batch is
+    padded to its longest). Every rank of `group` must hold the same rows."""
+    keep = response_mask.bool()
+    lp, ent = head_logprobs(hidden[keep], weight, response_ids[keep], temperature, chunk_rows, group, vocab_start)
+    return _placed(lp, keep), _placed(ent, keep)
+
+
+def _placed(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """values [keep.sum()] at keep's True places of a zero [B, R] tensor (differentiable)."""
+    out = values.new_zeros(keep.shape)
+    out[keep] = values
+    return out
 
 
 def _custom_mask(model: PreTrainedModel, segments: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from forge_exp.choices import ACTIVATION_CHECKPOINTING
-from forge_exp.models.logprobs import CHUNK_ROWS, head_logprobs
+from forge_exp.models.logprobs import CHUNK_ROWS, response_logprobs
 from forge_exp.models.packing import dense_mask, pack_groups, pack_left, prompt_sharing_mask
 from forge_exp.rl.types import TrainBatch
 from forge_exp.trainers.update import by_prompt, micro_batches, to_device, train_step
@@ -203,7 +203,6 @@ class TitanTrainer:
     def logprobs(self, mb: TrainBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """`(logprobs [b, R], entropy [b, R])` float32 of a micro-batch on this rank's device, 0 off the response
         mask; differentiable."""
-        b, R = mb.response_ids.shape
         if self.share_prompts:
             packed = pack_groups(mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask)
             hidden = self._hidden(packed.ids, packed.positions, self._sharing_mask(packed.segments))
@@ -217,12 +216,8 @@ class TitanTrainer:
         if isinstance(weight, DTensor):
             weight = weight.to_local()
             start = dist.get_rank(self._tp_group) * weight.shape[0]
-        lp, ent = head_logprobs(
-            h.reshape(b * R, -1), weight, mb.response_ids.reshape(-1), temperature, self.chunk_rows,
-            self._tp_group, start,
-        )
-        keep = mb.response_mask.bool()
-        return lp.view(b, R).masked_fill(~keep, 0.0), ent.view(b, R).masked_fill(~keep, 0.0)
+        return response_logprobs(h, weight, mb.response_ids, mb.response_mask, temperature, self.chunk_rows,
+                                 self._tp_group, start)
 
     @torch.no_grad()
     def score(self, batch: TrainBatch, temperature: float) -> torch.Tensor:

@@ -130,3 +130,17 @@ def test_shared_prompts_refuse_a_head_they_would_not_run():
     response_ids, response_mask = right_pad([[5, 1], [7]], 0)
     with pytest.raises(ValueError, match=r"^trainer\.share_prompts=true: Qwen3ForCausalLM applies its own LM head"):
         sequence_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, share_prompts=True)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_the_head_runs_on_the_responses_own_tokens_not_their_padding(monkeypatch, share):
+    from forge_exp.models import logprobs as module
+
+    rows, head = [], module.head_logprobs
+    monkeypatch.setattr(module, "head_logprobs", lambda hidden, *args: rows.append(len(hidden)) or head(hidden, *args))
+    model = peaky_model()
+    prompt_ids, prompt_mask = left_pad(encode(["1+2=", "37+48=", "1+2="]), 0)
+    response_ids, response_mask = right_pad([[5, 7, 1], [9], [6, 6, 6, 6, 6, 6, 1]], 0)  # 11 tokens of 3 x 7
+    lp, ent = sequence_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, share_prompts=share)
+    assert rows == [11] and (lp[response_mask] < 0).all() and (lp[~response_mask] == 0).all()
+    assert (ent[~response_mask] == 0).all() and (ent[response_mask] > 0).all()

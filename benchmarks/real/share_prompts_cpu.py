@@ -67,12 +67,14 @@ def make_batch(spec: Pretrained, prompts: int, seed: int = 0) -> tuple[TrainBatc
     batch = TrainBatch(prompt_ids, prompt_mask.bool(), response_ids, response_mask.bool(), behavior_logprobs=behaviour,
                        advantages=torch.randn(n, generator=g), truncated=torch.zeros(n, dtype=torch.bool),
                        policy_versions=torch.zeros(n, dtype=torch.long), ref_logprobs=behaviour.clone())
-    lengths = {"rows": n, "prompt_tokens": [len(p) for p in ids],
+    sequences = [len(p) + sum(len(g.token_ids) for g in group) for p, group in zip(ids, groups)]  # shared: a prompt
+    lengths = {"rows": n, "prompt_tokens": [len(p) for p in ids],  # and its group's responses, one sequence
                "response_tokens": [len(g.token_ids) for _, g in rows],
+               "real_tokens": {"separate rows": sum(len(p) + len(g.token_ids) - 1 for p, g in rows),
+                               "shared prompts": sum(sequences)},
+               # the model's input tensor, padding included: [rows, P + R - 1], or [prompts, longest sequence]
                "tokens_a_forward": {"separate rows": n * (prompt_ids.shape[1] + response_ids.shape[1] - 1),
-                                    "shared prompts": 0}}
-    lengths["tokens_a_forward"]["shared prompts"] = sum(  # one sequence a prompt: it, then its group's responses
-        len(p) + sum(len(g.token_ids) for g in group) for p, group in zip(ids, groups))
+                                    "shared prompts": len(sequences) * max(sequences)}}
     return batch, lengths
 
 
@@ -86,7 +88,7 @@ def main() -> None:
     torch.set_num_threads(2)
     spec = Pretrained(path=str(ensure_converted(args.gguf)), dtype="float32")
     batch, lengths = make_batch(spec, args.prompts)
-    print(json.dumps(lengths["tokens_a_forward"]), flush=True)
+    print(json.dumps({k: lengths[k] for k in ("real_tokens", "tokens_a_forward")}), flush=True)
     trainers = {share: HFTrainer(spec, GRPOLoss(beta=0.04), device=torch.device("cpu"), lr=1e-6, weight_decay=0.0,
                                  loss_inputs=available_inputs(reference=True), share_prompts=share)
                 for share in (False, True)}
@@ -107,9 +109,11 @@ def main() -> None:
                 samples[share]["train_step_s"].append(step["train/seconds"])
                 samples[share]["reference_s"].append(time.perf_counter() - start)
         print(json.dumps({str(k): {m: v[-1:] for m, v in s.items()} for k, s in samples.items()}), flush=True)
-    table = {("shared prompts" if share else "separate rows"): {
-        "tokens_a_forward": lengths["tokens_a_forward"]["shared prompts" if share else "separate rows"],
-        **{f"{m}_median": statistics.median(v) for m, v in s.items()}} for share, s in samples.items()}
+    table = {mode: {key: lengths[key][mode] for key in ("real_tokens", "tokens_a_forward")}
+             for mode in ("separate rows", "shared prompts")}
+    for share, s in samples.items():
+        table["shared prompts" if share else "separate rows"].update({f"{m}_median": statistics.median(v)
+                                                                      for m, v in s.items()})
     out = {
         "command": " ".join(["python", *sys.argv]),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,

@@ -85,12 +85,14 @@ def test_the_reference_model_in_the_trainers_engine(tmp_path, warmstart_cache):
     overlapping training (the default max_policy_age=1) the reference calls interleave with the train steps. With
     trainer.share_prompts a group's rows run their prompt once, in the policy and the reference: the same KL."""
     common = ["steps=3", "algorithm.beta=0.04", "dataset.eval_size=16", "progress=false", *FSDP2]
-    client = forge_exp(tmp_path, "service", *common, "algorithm.max_policy_age=0", "services.ref_model.mesh=''",
-                       cache=warmstart_cache)  # a mesh of its own: one process, beside the two of the trainer
-    forge_exp(tmp_path, "hosted", *common, "algorithm.max_policy_age=0", cache=warmstart_cache)  # null: hosted
+    separate = "trainer.share_prompts=false"  # (the default task turns it on)
+    client = forge_exp(tmp_path, "service", *common, separate, "algorithm.max_policy_age=0",
+                       "services.ref_model.mesh=''", cache=warmstart_cache)  # a mesh of its own: one process
+    forge_exp(tmp_path, "hosted", *common, separate, "algorithm.max_policy_age=0", cache=warmstart_cache)  # null
     forge_exp(tmp_path, "shared", *common, "algorithm.max_policy_age=0", "trainer.share_prompts=true",
               cache=warmstart_cache)
-    forge_exp(tmp_path, "overlap", *common, "steps=6", "trainer.hosts_reference=true", cache=warmstart_cache)
+    forge_exp(tmp_path, "overlap", *common, separate, "steps=6", "trainer.hosts_reference=true",
+              cache=warmstart_cache)
     kl, callers = {}, {}
     for name in ("service", "hosted", "shared", "overlap"):
         run = run_named(client, name)

@@ -115,9 +115,9 @@ def _custom_mask(model: PreTrainedModel, segments: torch.Tensor) -> torch.Tensor
     attention = getattr(model.config, "_attn_implementation", None)  # transformers' (forge-exp's Qwen3 has none)
     if attention in (None, "sdpa"):
         return mask
-    if attention == "eager":
-        dtype = torch.get_autocast_dtype(segments.device.type) if torch.is_autocast_enabled(segments.device.type) \
-            else model.dtype
+    if attention == "eager":  # the scores' dtype: autocast's, or the model's
+        device = segments.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else model.dtype
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
     raise ValueError(f"trainer.share_prompts=true: attention {attention!r} takes no mask of its own; use "
                      f"model.attn_implementation=sdpa or eager")

@@ -21,8 +21,9 @@ def test_prompts_left_padded_responses_right_padded():
     assert b.advantages.tolist() == [0.699999988079071, -0.699999988079071]
     assert b.truncated.tolist() == [False, True]
     assert b.policy_versions.tolist() == [3, 2]
-    halves = b.split(2)
-    assert [len(h) for h in halves] == [1, 1] and halves[1].response_ids.tolist() == [[8, 9, 10]]
+    first, swapped = b.rows(slice(0, 1)), b.rows(torch.tensor([1, 0]))  # a slice of rows, or rows in an order
+    assert len(first) == 1 and first.ref_logprobs.tolist() == b.ref_logprobs[:1].tolist()
+    assert swapped.response_ids.tolist() == [[8, 9, 10], [8, 9, 0]] and swapped.policy_versions.tolist() == [2, 3]
 
 
 def test_reference_logprobs_absent_unless_every_episode_has_them():

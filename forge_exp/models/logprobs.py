@@ -49,15 +49,16 @@ def sequence_logprobs(
     """
     R = response_ids.shape[1]
     P = prompt_ids.shape[1]
+    head = model.get_output_embeddings()
+    plain = _plain_linear_head(model, head)  # else a head with a bias or logit soft-capping: the model applies it
     if share_prompts:
-        head = model.get_output_embeddings()
-        if not _plain_linear_head(model, head):
+        if not plain:
             raise ValueError(f"trainer.share_prompts=true: {type(model).__name__} applies its own LM head (a bias or "
                              f"logit soft-capping), which the shared layout does not run; set it false")
         packed = pack_groups(prompt_ids, prompt_mask, response_ids, response_mask)
         hidden = model.get_decoder()(input_ids=packed.ids, attention_mask=_custom_mask(model, packed.segments),
                                      position_ids=packed.positions, use_cache=False).last_hidden_state
-        h = hidden[packed.rows[:, None], packed.index]  # [B, R, D]: each row's from its prompt's sequence
+        h = packed.per_row(hidden)  # [B, R, D]
         return response_logprobs(h, head.weight, response_ids, response_mask, temperature, chunk_rows)
     # The last response token predicts nothing and, attention being causal, changes no earlier position: it is
     # left out of the forward (one column fewer: 1/(P+R) of the trainer's compute).
@@ -67,13 +68,11 @@ def sequence_logprobs(
         mask = positions = None
     else:
         positions = positions_from_mask(mask)
-    head = model.get_output_embeddings()
-    if _plain_linear_head(model, head):
+    if plain:
         hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
         # The hidden state at column t predicts token t+1: columns P-1 .. P+R-2 predict the R response tokens.
         h = hidden.last_hidden_state[:, P - 1 :]  # [B, R, D]
         return response_logprobs(h, head.weight, response_ids, response_mask, temperature, chunk_rows)
-    # a head with a bias or logit soft-capping: the model applies it
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=R)
     logits = out.logits.float() / (temperature if temperature > 0 else 1.0)
     log_probs = torch.log_softmax(logits, dim=-1)  # [B, R, V]

@@ -47,6 +47,10 @@ class Packed:
     rows: torch.Tensor  # [B] the sequence holding row i
     index: torch.Tensor  # [B, R] the column of rows[i] whose hidden state predicts response token j
 
+    def per_row(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[B, R, D]: of the sequences' hidden states [G, L, D], the ones that predict each row's response tokens."""
+        return hidden[self.rows[:, None], self.index]
+
 
 def pack_groups(
     prompt_ids: torch.Tensor,  # [B, P] long, left-padded

@@ -206,7 +206,7 @@ class TitanTrainer:
         if self.share_prompts:
             packed = pack_groups(mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask)
             hidden = self._hidden(packed.ids, packed.positions, self._sharing_mask(packed.segments))
-            h = hidden[packed.rows[:, None], packed.index]  # [b, R, D]: each row's from its prompt's sequence
+            h = packed.per_row(hidden)  # [b, R, D]
         else:
             ids, index = pack_left(mb.prompt_ids, mb.prompt_mask, mb.response_ids)  # [b, L], [b, R]
             hidden = self._hidden(ids, None, self._causal_mask(ids.shape[1]) if self.attention == "flex" else None)

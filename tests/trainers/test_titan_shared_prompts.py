@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from forge_exp.models.packing import PAD, PROMPT, dense_mask, pack_groups, prompt_groups
+from forge_exp.trainers.update import by_prompt
 
 pytest.importorskip("torchtitan", reason="trainer=titan needs the titan extra")
 
@@ -75,8 +76,7 @@ def case(tmp_path_factory):
         if family not in cache:
             c = saved_case(tmp_path_factory.mktemp(family), family, shared=True)
             c["grouped"] = str(c["tmp"] / "grouped.pt")
-            torch.save([b.rows(prompt_groups(b.prompt_ids, b.prompt_mask).argsort(stable=True))
-                        for b in torch.load(c["batches"], weights_only=False)], c["grouped"])
+            torch.save([by_prompt(b)[0] for b in torch.load(c["batches"], weights_only=False)], c["grouped"])
             c["train"] = lambda parallelism, procs, grad_accum, share, **knobs: run_world(
                 procs, c["tmp"] / "runs", "parity_job", checkpoint=c["checkpoint"],
                 batches=c["batches"] if share else c["grouped"], parallelism=parallelism, grad_accum=grad_accum,

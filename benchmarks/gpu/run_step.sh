@@ -29,6 +29,7 @@
 #                trainer and the hosted reference (docs/titan.md)
 #   ga1_flex     + trainer.attention=flex alone (ga1_share's attention without the sharing)
 #   ga1_share_sdpa  + trainer.share_prompts=true with SDPA (a dense mask: every block computed; if flex fails)
+#   ga1_age2_share  ga1_share at algorithm.max_policy_age=2
 #   ga1_vllm     ga1 with generator=vllm (vLLM 0.26 in a process of its own, 30% of the GPU, an 8 GiB KV cache)
 #   base_ga4     ga4 with trainer.compile=true, run by the forge_exp installed at $BASE_SITE (an earlier commit,
 #                A/B in one call; before this change compile was off unless set)
@@ -55,13 +56,14 @@ declare -A VARIANTS=(
   [ga1_share]="${TITAN[*]} algorithm.grad_accum=1 trainer.share_prompts=true trainer.attention=flex"
   [ga1_flex]="${TITAN[*]} algorithm.grad_accum=1 trainer.attention=flex"
   [ga1_share_sdpa]="${TITAN[*]} algorithm.grad_accum=1 trainer.share_prompts=true"
+  [ga1_age2_share]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=2 trainer.share_prompts=true trainer.attention=flex"
   [ga1_neither]="${TITAN[*]} algorithm.grad_accum=1 generator.share_prompt_kv=false trainer.hosts_reference=false"
   [ga1_age2_neither]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=2 generator.share_prompt_kv=false trainer.hosts_reference=false"
   [ga1_vllm]="${TITAN[*]} algorithm.grad_accum=1 generator=vllm generator.gpu_memory_utilization=0.3 generator.kv_cache_gib=8"
   [base_ga4]="${TITAN[*]} trainer.compile=true algorithm.grad_accum=4"
   [base_ga1]="${TITAN[*]} algorithm.grad_accum=1"
 )
-ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither ga1_share ga1_flex ga1_share_sdpa hf_ga4 ga1_vllm base_ga4 base_ga1)
+ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither ga1_share ga1_flex ga1_share_sdpa ga1_age2_share hf_ga4 ga1_vllm base_ga4 base_ga1)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
 declare -A SEEN=()

@@ -35,6 +35,15 @@ def test_the_controller_imports_its_loop_without_modeling_code_or_mlflow():
     assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False, "sympy": False}
 
 
+def test_the_default_engines_modules_load_no_modeling_code():
+    """The preflight imports the trainer's and the generator's modules to ask whether their extras are installed, and
+    the trainer's process runs them: transformers' optimization module (the SFT schedule) loads peft where it is
+    installed, and peft the modeling code and dynamo (~2 s at start-up, benchmarks/lean.md)."""
+    loaded = loaded_after("import forge_exp.trainers.hf, forge_exp.generators.native", (*HEAVY, "peft"))
+    assert loaded == {"transformers.modeling_utils": False, "mlflow": False, "torch._dynamo": False, "sympy": False,
+                      "peft": False}
+
+
 def test_the_tiny_model_is_built_saved_and_loaded_without_modeling_code_or_dynamo(tmp_path):
     """models/qwen3.py: what the default's trainer and generator run, fresh or from its warm start."""
     loaded = loaded_after(

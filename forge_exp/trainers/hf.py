@@ -20,7 +20,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
-from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
 from forge_exp.data.tool_arithmetic import warmstart_inputs
 from forge_exp.models.checkpoint import OPTIMIZER, save_hf_checkpoint
@@ -118,6 +117,10 @@ class HFTrainer:
     def lr_schedule(self, warmup_steps: int, total_steps: int) -> None:
         """Linear warm-up, then cosine decay to 10% of lr at total_steps (transformers' schedule); a resumed run
         continues the schedule at its step."""
+        # imported here, for SFT alone: transformers' optimization module imports peft where it is installed
+        # (~2 s of CPU), which a GRPO run's controller and trainer would pay at start-up for nothing
+        from transformers import get_cosine_with_min_lr_schedule_with_warmup
+
         for group in self.optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])  # what a scheduler started mid-way scales
         self.schedule = get_cosine_with_min_lr_schedule_with_warmup(

@@ -220,6 +220,8 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=400.0, help="skip optional stages past this many seconds")
     p.add_argument("--stages", default="titan_1.7b,hf_1.7b,titan_8b,titan_1.7b_eager")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU")
+    p.add_argument("--grad-accum", type=int, default=None,
+                   help="the 1.7B titan stages' grad_accum instead of 1 (2 fits an 80 GB card: 1 holds ~80 GiB)")
     args = p.parse_args()
     if args.smoke:
         _smoke()
@@ -263,6 +265,10 @@ def main() -> None:
                                                                chunk_rows=8192, warmup=3, steps=5, share_prompts=True,
                                                                attention="sdpa" if SMOKE else "flex")),
     }
+    if args.grad_accum is not None:
+        for name, (fn, a, kw) in stages.items():
+            if fn is titan_stage and a[0] == "1.7B":
+                kw["grad_accum"] = args.grad_accum
     for name in args.stages.split(","):
         if time.perf_counter() - start > args.budget_s:
             results[name] = {"ok": False, "error": f"skipped: past the {args.budget_s:.0f} s budget"}

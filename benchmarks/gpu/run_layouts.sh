@@ -66,7 +66,9 @@ if [[ $LAYOUT != cpu ]]; then
 fi
 FLOPS=()  # what the trainer's FLOPs count
 [[ " $* " == *" model.lora.rank="[0-9]* ]] && FLOPS=(--lora)
-[[ " $* " == *" trainer.share_prompts=true "* ]] && FLOPS+=(--group 8)  # GRPO's 8 samples a prompt
+# trainer.share_prompts as composed: true, or null (titan's default: on for CUDA): GRPO's 8 samples a prompt
+SHARE=$(sed -n '/^trainer:/,/^[a-z]/s/^  share_prompts: //p' "$OUT/$TAG.config.yaml")
+[[ $SHARE == true || ($SHARE == null && $LAYOUT != cpu) ]] && FLOPS+=(--group 8)
 
 cd "$BENCH"  # not the repo root: forge_exp comes from the installed copy, as a user's would
 set +e

@@ -9,7 +9,8 @@
 #   bash benchmarks/gpu/run_step.sh ga1 ga1          # one twice (the second run's outputs named ga1_2)
 #   BASE_SITE=/tmp/site_base bash benchmarks/gpu/run_step.sh base_ga4   # a variant on another install of forge_exp
 #
-# Variants (tag: overrides after trainer=titan, whose per-block compile is on for CUDA unless set):
+# Variants (tag: overrides after trainer=titan, whose per-block compile, and shared prompts with flex attention,
+# are on for CUDA unless set):
 #   ga4          algorithm.grad_accum=4 (run_layouts.sh's batch split; the step as measured before)
 #   ga1          algorithm.grad_accum=1 (the batch in one forward, as the trainer alone ran at 63% MFU)
 #   ga1_eager    + trainer.compile=false (does compile pay inside the step?)
@@ -26,8 +27,10 @@
 #   ga1_neither  + both of the above (the defaults before 8895189 and 1e64657 were flipped)
 #   ga1_age2_neither ga1_age2 + both of the above
 #   ga1_share    + trainer.share_prompts=true trainer.attention=flex: a group's prompt runs once through the
-#                trainer and the hosted reference (docs/titan.md)
-#   ga1_flex     + trainer.attention=flex alone (ga1_share's attention without the sharing)
+#                trainer and the hosted reference (docs/titan.md). What titan's null settings pick on CUDA: ga1 runs
+#                the same since the default changed (gpu.md)
+#   ga1_noshare  + trainer.share_prompts=false: each row its own sequence, SDPA (the default before)
+#   ga1_flex     + trainer.share_prompts=false trainer.attention=flex (ga1_share's attention without the sharing)
 #   ga1_share_sdpa  + trainer.share_prompts=true with SDPA (a dense mask: every block computed; if flex fails)
 #   ga1_age2_share  ga1_share at algorithm.max_policy_age=2
 #   ga1_vllm     ga1 with generator=vllm (vLLM 0.26 in a process of its own, 30% of the GPU, an 8 GiB KV cache)
@@ -54,8 +57,9 @@ declare -A VARIANTS=(
   [ga1_copies]="${TITAN[*]} algorithm.grad_accum=1 generator.share_prompt_kv=false"
   [ga1_service]="${TITAN[*]} algorithm.grad_accum=1 trainer.hosts_reference=false"
   [ga1_share]="${TITAN[*]} algorithm.grad_accum=1 trainer.share_prompts=true trainer.attention=flex"
-  [ga1_flex]="${TITAN[*]} algorithm.grad_accum=1 trainer.attention=flex"
-  [ga1_share_sdpa]="${TITAN[*]} algorithm.grad_accum=1 trainer.share_prompts=true"
+  [ga1_noshare]="${TITAN[*]} algorithm.grad_accum=1 trainer.share_prompts=false"
+  [ga1_flex]="${TITAN[*]} algorithm.grad_accum=1 trainer.share_prompts=false trainer.attention=flex"
+  [ga1_share_sdpa]="${TITAN[*]} algorithm.grad_accum=1 trainer.share_prompts=true trainer.attention=sdpa"
   [ga1_age2_share]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=2 trainer.share_prompts=true trainer.attention=flex"
   [ga1_neither]="${TITAN[*]} algorithm.grad_accum=1 generator.share_prompt_kv=false trainer.hosts_reference=false"
   [ga1_age2_neither]="${TITAN[*]} algorithm.grad_accum=1 algorithm.max_policy_age=2 generator.share_prompt_kv=false trainer.hosts_reference=false"
@@ -63,7 +67,7 @@ declare -A VARIANTS=(
   [base_ga4]="${TITAN[*]} trainer.compile=true algorithm.grad_accum=4"
   [base_ga1]="${TITAN[*]} algorithm.grad_accum=1"
 )
-ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither ga1_share ga1_flex ga1_share_sdpa ga1_age2_share hf_ga4 ga1_vllm base_ga4 base_ga1)
+ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither ga1_share ga1_noshare ga1_flex ga1_share_sdpa ga1_age2_share hf_ga4 ga1_vllm base_ga4 base_ga1)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
 declare -A SEEN=()

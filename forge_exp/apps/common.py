@@ -199,7 +199,8 @@ class ReferencePlan:
     path: str | None  # the initial weights: the warm start's, or None (model.path, or the seeded initialisation)
     model: ModelBase
     temperature: float
-    share_prompts: bool  # trainer.share_prompts: a group's prompt once in the service's forward too
+    share_prompts: bool  # trainer.share_prompts: a group's prompt once in the service's forward too (titan's null: not
+    # in a transformers service, where the mask is dense)
 
     @classmethod
     def of(cls, cfg, warm_start: WarmStart | None, resumed: bool) -> ReferencePlan | None:
@@ -214,7 +215,7 @@ class ReferencePlan:
                                  f"warm start cached in {warm_start.dir}, which is gone; restore it, or start a new run")
             path = str(warm_start.dir)
         return cls(cfg.reference_service, cfg.trainer_hosts_reference, path, cfg.model, cfg.algorithm.temperature,
-                   cfg.trainer.share_prompts)
+                   bool(cfg.trainer.share_prompts))
 
     async def start(self, runtime, trainer: Service) -> Service:
         """The service that answers the reference calls (after any warm start: it may read its weights)."""

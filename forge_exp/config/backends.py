@@ -24,9 +24,10 @@ class TrainerBackend:
     # the rows of a micro-batch that share a prompt (a group's samples) run it once: one sequence of the prompt and
     # their responses, each response attending to the prompt and itself (models/packing.py), in the trainer's
     # forward and the reference model's. The same logprobs and gradients; fewer tokens a forward (29% at 8 samples
-    # of 256 + 512). The attention then takes a dense mask; titan on GPU: with attention=flex (its empty blocks
-    # skipped). The batch's rows are ordered by prompt first, so that a micro-batch holds whole groups
-    share_prompts: bool = False
+    # of 256 + 512). The attention then takes a dense mask (titan on CUDA: flex, its empty blocks skipped; on there
+    # by default). The batch's rows are ordered by prompt first, so that a micro-batch holds whole groups. null:
+    # the engine's choice (titan's: on for CUDA; hf: off)
+    share_prompts: Optional[bool] = False
 
 
 @dataclass
@@ -41,7 +42,10 @@ class TitanTrainerConfig(TrainerBackend):
     lora: ClassVar[bool] = False
     activation_checkpointing: Checkpointing = Checkpointing.none  # none | full | selective
     compile: Optional[bool] = None  # per-block torch.compile; null: on for CUDA (benchmarks/gpu.md), off on CPU
-    attention: AttentionBackend = AttentionBackend.sdpa  # sdpa | flex (flex has no backward on CPU)
+    attention: Optional[AttentionBackend] = None  # sdpa | flex (no backward on CPU); null: flex where prompts are shared
+    # on CUDA, else sdpa. share_prompts null: on for CUDA, where with flex (empty blocks skipped) the one-GPU step
+    # took 1.51 s against 1.61 and 11 GiB less (benchmarks/gpu.md); off on CPU (SDPA's dense mask)
+    share_prompts: Optional[bool] = None
     chunk_rows: int = 4096  # rows of logits alive at once in the chunked logprobs (memory vs speed)
     param_dtype: Optional[DType] = None  # compute dtype; null: bfloat16 on GPU, float32 on CPU (weights stay float32)
     # the KL term's reference model (algorithm.beta > 0) runs in the trainer's processes on this engine: a frozen

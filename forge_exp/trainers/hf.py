@@ -45,7 +45,7 @@ class HFTrainer:
         loss_inputs: set[str],
         init_path: str | None = None,
         resume_step: int = 0,
-        share_prompts: bool = False,
+        share_prompts: bool | None = False,
     ):
         """Load the weights (init_path: a warm start or a checkpoint, else the model's own), build AdamW; when
         resuming (resume_step > 0) init_path is the checkpoint and its optimizer state is restored too.
@@ -66,7 +66,7 @@ class HFTrainer:
         if resume_step:
             self._optimizer.result()
         self.step = resume_step
-        self.share_prompts = share_prompts
+        self.share_prompts = bool(share_prompts)  # (null: off here)
         self.schedule = None
         self.rank = 0  # one process: it answers every call and pushes the weights
 

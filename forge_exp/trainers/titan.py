@@ -73,9 +73,9 @@ class TitanTrainer:
         param_dtype: torch.dtype | None = None,
         activation_checkpointing: str = "none",
         compile: bool | None = None,
-        attention: str = "sdpa",
+        attention: str | None = None,
         chunk_rows: int = CHUNK_ROWS,
-        share_prompts: bool = False,
+        share_prompts: bool | None = None,
         seed: int = 0,
         frozen: bool = False,
     ):
@@ -84,7 +84,8 @@ class TitanTrainer:
         CPU); weights, gradients' reduction and AdamW state stay float32. `compile`: TorchTitan's per-block
         torch.compile; None: on CUDA, off on CPU (Inductor's C++ build costs more there than it saves).
         `share_prompts`: the rows that share a prompt run it once (models/packing.pack_groups); a batch's rows are
-        ordered by prompt first, so that a micro-batch holds whole groups.
+        ordered by prompt first, so that a micro-batch holds whole groups. None: on CUDA (`attention` None: then
+        flex), off on CPU (`shared_layout`).
         `frozen`: a model that only scores (`score`: a reference model), with no gradients and no optimizer, its weights
         stored in `param_dtype` (no float32 master copy: nothing updates them)."""
         if activation_checkpointing not in AC_MODES:
@@ -100,7 +101,7 @@ class TitanTrainer:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.param_dtype = param_dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        self.attention, self.share_prompts = attention, share_prompts
+        self.share_prompts, self.attention = shared_layout(self.device.type, share_prompts, attention)
 
         parallelism = ParallelismConfig(
             data_parallel_replicate_degree=degrees.dp_replicate,
@@ -108,7 +109,7 @@ class TitanTrainer:
             tensor_parallel_degree=degrees.tp,
             spmd_backend="partial_dtensor",  # FSDP2 + DTensor TP; the spmd_types backends need torch >= 2.12
         )
-        self.model_config = config = titan_config(arch, attention, masked=share_prompts)
+        self.model_config = config = titan_config(arch, self.attention, masked=self.share_prompts)
         config.update_from_config(config=SimpleNamespace(parallelism=parallelism))  # TP sharding plans
         self.parallel_dims = pd = parallel_dims(degrees, self.device.type)
         with torch.device("meta"):
@@ -315,6 +316,13 @@ class TitanTrainer:
 
     def load(self, directory: str | Path) -> None:
         titan_checkpoint.load_dcp(self, directory)
+
+
+def shared_layout(device_type: str, share_prompts: bool | None, attention: str | None) -> tuple[bool, str]:
+    """(share_prompts, attention) as run: None shares the prompts on CUDA, where flex attention skips the mask's
+    empty blocks, and not on CPU, where flex has no backward and SDPA would compute every block of the dense mask."""
+    share = device_type == "cuda" if share_prompts is None else share_prompts
+    return share, attention or ("flex" if share and device_type == "cuda" else "sdpa")
 
 
 @functools.cache

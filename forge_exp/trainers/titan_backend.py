@@ -48,9 +48,9 @@ class TitanBackend:
         resume_step: int = 0,
         activation_checkpointing: str = "none",
         compile: bool | None = None,
-        attention: str = "sdpa",
+        attention: str | None = None,
         chunk_rows: int = 4096,
-        share_prompts: bool = False,
+        share_prompts: bool | None = None,
         param_dtype: str | None = None,
     ):
         from forge_exp.trainers.titan import TitanTrainer

@@ -19,6 +19,17 @@ from tests.trainers.titan_cases import (  # noqa: E402
 )
 
 
+def test_titan_shares_prompts_by_default_on_cuda_with_flex_and_not_on_cpu():
+    from forge_exp.trainers.titan import shared_layout
+
+    assert shared_layout("cuda", None, None) == (True, "flex")
+    assert shared_layout("cpu", None, None) == (False, "sdpa")
+    assert shared_layout("cuda", False, None) == (False, "sdpa")
+    assert shared_layout("cpu", True, None) == (True, "sdpa")  # SDPA's dense mask (flex has no backward on CPU)
+    assert shared_layout("cuda", True, "sdpa") == (True, "sdpa")
+    assert shared_layout("cpu", None, "flex") == (False, "flex")
+
+
 def test_pack_groups_puts_a_prompts_responses_after_it_at_their_own_positions():
     prompt_ids = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11], [0, 5, 6, 7]])  # rows 0 and 2: one prompt, left-padded
     response_ids = torch.tensor([[20, 21, 22], [30, 0, 0], [40, 41, 0]])

@@ -24,9 +24,9 @@ class TrainerBackend:
     # the rows of a micro-batch that share a prompt (a group's samples) run it once: one sequence of the prompt and
     # their responses, each response attending to the prompt and itself (models/packing.py), in the trainer's
     # forward and the reference model's. The same logprobs and gradients; fewer tokens a forward (29% at 8 samples
-    # of 256 + 512). The attention then takes a dense mask (titan on CUDA: flex, its empty blocks skipped; on there
-    # by default). The batch's rows are ordered by prompt first, so that a micro-batch holds whole groups. null:
-    # the engine's choice (titan's: on for CUDA; hf: off)
+    # of 256 + 512). The attention then takes a dense mask (titan on CUDA: flex, which skips its empty blocks).
+    # The batch's rows are ordered by prompt first, so that a micro-batch holds whole groups. null: the engine's
+    # choice (titan's: on for CUDA; hf: off)
     share_prompts: Optional[bool] = False
 
 

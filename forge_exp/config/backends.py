@@ -42,9 +42,10 @@ class TitanTrainerConfig(TrainerBackend):
     lora: ClassVar[bool] = False
     activation_checkpointing: Checkpointing = Checkpointing.none  # none | full | selective
     compile: Optional[bool] = None  # per-block torch.compile; null: on for CUDA (benchmarks/gpu.md), off on CPU
-    attention: Optional[AttentionBackend] = None  # sdpa | flex (no backward on CPU); null: flex where prompts are shared
-    # on CUDA, else sdpa. share_prompts null: on for CUDA, where with flex (empty blocks skipped) the one-GPU step
-    # took 1.51 s against 1.61 and 11 GiB less (benchmarks/gpu.md); off on CPU (SDPA's dense mask)
+    # sdpa | flex (flex has no backward on CPU); null: flex where prompts are shared on CUDA, else sdpa
+    attention: Optional[AttentionBackend] = None
+    # null: on for CUDA, where with flex (empty blocks skipped) the one-GPU step took 1.51 s against 1.61 and 11 GiB
+    # less (benchmarks/gpu.md); off on CPU (SDPA's dense mask computes every block)
     share_prompts: Optional[bool] = None
     chunk_rows: int = 4096  # rows of logits alive at once in the chunked logprobs (memory vs speed)
     param_dtype: Optional[DType] = None  # compute dtype; null: bfloat16 on GPU, float32 on CPU (weights stay float32)

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 OWNER_FILE = ".forge_run.json"
 SPOOL_FILE = "mlflow_unsent.{run_id}.jsonl"  # per run: a new run in the same dir never sends the old one's
 PROBE_TIMEOUT_S = 5.0
+CREATE_ATTEMPTS = 3  # creating a local store, against a creator that does not take the lock
 # The MLflow REST client retries 7 times with exponential backoff (~4 min) before it raises. The tracker keeps
 # what it could not send and tries again later, so one attempt of a few seconds is what a call should cost.
 HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -91,11 +92,20 @@ def ensure_store(uri: str) -> None:
             return
         from mlflow.tracking import MlflowClient
 
-        try:
-            MlflowClient(uri).search_experiments(max_results=1)  # creates and migrates the tables
-        except Exception as e:  # noqa: BLE001 — one line naming the key
-            raise StoreUnavailable(f"tracking.uri={uri}: cannot open the store ({type(e).__name__}: "
-                                   f"{str(e).splitlines()[0] if str(e) else ''})") from e
+        for attempt in range(CREATE_ATTEMPTS):
+            try:
+                MlflowClient(uri).search_experiments(max_results=1)  # creates and migrates the tables
+                return
+            except Exception as e:  # noqa: BLE001 — one line naming the key
+                # A client that does not take the lock (an MLflow UI, a script) creating the same new store at the
+                # same time makes alembic fail here ("table experiments already exists"): what it made is read again.
+                if path is not None and attempt + 1 < CREATE_ATTEMPTS:
+                    time.sleep(1.0)
+                    if migrated(path):
+                        return
+                    continue
+                raise StoreUnavailable(f"tracking.uri={uri}: cannot open the store ({type(e).__name__}: "
+                                       f"{str(e).splitlines()[0] if str(e) else ''})") from e
 
 
 STORE_ERRORS = "mlflow.store.db.utils"  # MLflow's SQL store logs each failed write here, at ERROR, with a traceback

@@ -161,3 +161,39 @@ def test_a_store_another_run_is_creating_is_waited_for_without_mlflow(tmp_path):
     waited, imported = out.split()
     assert float(waited) >= 1.0, out  # it waited for the lock (4 s less its own start)
     assert imported == "False", err[-2000:]
+
+
+RACE = """import sys, time
+from pathlib import Path
+import mlflow  # imported first by both sides, so that they start creating together
+from mlflow.tracking import MlflowClient
+from forge_exp.tracking.store import ensure_store
+uri, role, go = sys.argv[1:]
+while not Path(go).exists():
+    time.sleep(0.01)
+try:
+    ensure_store(uri) if role == "run" else MlflowClient(uri).search_experiments()
+    print("ok")
+except Exception as e:
+    print(type(e).__name__, str(e).splitlines()[0])
+"""
+
+
+@pytest.mark.slow  # two Python processes a round, each importing MLflow
+def test_a_run_creating_its_store_beside_a_client_that_takes_no_lock_opens_it(tmp_path):
+    """A client outside forge-exp (an MLflow UI, a script) creating the same new sqlite store at the same moment
+    races the run's creation inside alembic; the run reads what was made and goes on instead of failing."""
+    import time
+
+    from forge_exp.tracking.store import migrated
+
+    for i in range(6):
+        db, go = tmp_path / f"mlflow{i}.db", tmp_path / f"go{i}"
+        procs = {role: subprocess.Popen([sys.executable, "-c", RACE, f"sqlite:///{db}", role, str(go)], cwd=ROOT,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for role in ("run", "client")}
+        time.sleep(4.0)  # both have imported MLflow and wait for the go
+        go.touch()
+        said = {role: p.communicate(timeout=120) for role, p in procs.items()}
+        assert said["run"][0].strip() == "ok", (i, said)  # (the client may fail: it takes no lock)
+        assert migrated(db)

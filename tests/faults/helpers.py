@@ -3,6 +3,7 @@ found by the name Monarch gives it (HYPERACTOR_PROCESS_NAME=<mesh>-<rank>), and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from forge_exp.tracking.store import migrated, sqlite_path
 from tests.conftest import ROOT
 
 FAST = ["dataset.eval_size=16", "progress=false"]  # the default experiment, with a small held-out set
@@ -31,7 +33,10 @@ class Run:
     """One `forge-exp` process and every descendant it ever had. Its output is read as it comes (a pipe nobody reads
     blocks the writer once ~64 KiB are waiting: a run must never stall on its own stderr while the test waits)."""
 
+    started: list["Run"] = []  # every Run of the test, stopped after it (tests/faults/conftest.py)
+
     def __init__(self, cmd: list[str], cwd: Path = ROOT):
+        Run.started.append(self)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}  # service processes import tests.faults.bad
         self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.seen: set[int] = set()
@@ -100,6 +105,15 @@ class Run:
             reader.join(timeout=30)
         return self.proc.returncode, self.out, self.err
 
+    def stop(self) -> None:
+        """Kill it and its descendants if it still runs (a test that failed before it waited for the end). Only the
+        live tree: a pid seen earlier may belong to another process by now."""
+        if self.proc.poll() is None:
+            for p in [*self.children(), self.proc]:
+                with contextlib.suppress(ProcessLookupError, psutil.Error):
+                    p.kill()
+        self.finish(0)
+
     def orphans(self, wait: float = 5.0) -> list[int]:
         """Descendants still alive `wait` seconds after the run ended."""
         deadline = time.time() + wait
@@ -123,7 +137,11 @@ def last_line(text: str) -> str:
 
 
 def the_run(uri: str):
-    """(client, the one run of the store)."""
+    """(client, the one run of the store). ValueError while a local store is not yet there: the run creates it
+    under its lock (tracking/store.py ensure_store), and a client opening it meanwhile would race that creation."""
+    path = sqlite_path(uri)
+    if path is not None and not migrated(path):
+        raise ValueError(f"no store at {path} yet")
     client = MlflowClient(uri)
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     return client, run

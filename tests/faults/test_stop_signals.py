@@ -64,6 +64,7 @@ def training(run: Run, uri: str, timeout: float = 300) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         run.children()
+        assert run.proc.poll() is None, "ended before its first logged step: " + run.finish(0)[2][-3000:]
         try:
             client, r = the_run(uri)
             if steps(client, r.info.run_id):
@@ -71,7 +72,7 @@ def training(run: Run, uri: str, timeout: float = 300) -> None:
         except ValueError:  # no run yet
             pass
         time.sleep(0.5)
-    raise AssertionError("no step logged")
+    raise AssertionError(f"no step logged within {timeout} s: " + run.err[-3000:])
 
 
 def test_ctrl_c_without_checkpoints_is_killed_with_every_step_logged(tmp_path, warmstart_cache):

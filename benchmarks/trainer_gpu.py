@@ -11,12 +11,16 @@ Stages, each guarded (an error or out-of-memory is recorded and the next stage r
   4. titan, Qwen3-8B shape: FSDP degree 1 + full activation checkpointing (+ compile) on one GPU: does it fit, at
      what MFU
   5. titan eager (no compile), Qwen3-1.7B, when time is left
+  6. on request: flex attention, then sharing (`titan_1.7b_flex`, `titan_1.7b_share`), and the frozen reference
+     model's pass alone (`ref_1.7b`, `ref_1.7b_share`: TitanTrainer.score, as trainer.hosts_reference runs it)
 Every step: a GRPO loss (beta 0.04: reference logprobs in the batch) on a batch of 32 sequences x (256 prompt + 512
 response) tokens of random ids, random weights. Step time: host clock around train_step with a device sync on both
 sides, median of the timed steps after warm-up (compile happens in warm-up).
 MFU = 6 * N * tokens / step seconds / measured bf16 matmul rate, N = all parameters (embeddings included, tied ones
 once), tokens = 32 * 768 per step. It counts neither attention FLOPs nor the activation-checkpointing recompute.
 
+`--profile` adds one more step (or pass) of each titan and reference stage under torch.profiler: the ops that held
+the device longest (self time), so that a stage slower than its FLOPs says where.
 Needs only the pure modules and torch; it starts its own one-process torch.distributed world (nccl).
 `--smoke` runs every stage at a tiny shape on CPU (gloo), to check the script before spending device time.
 """
@@ -129,19 +133,35 @@ def timed_steps(step, warmup: int, steps: int) -> tuple[list[float], dict]:
     return times, metrics
 
 
-def summarise(times: list[float], n_params: int, rate: float, metrics: dict) -> dict:
+def profiled(fn, top: int = 15) -> list[dict]:
+    """One call of fn under torch.profiler: the `top` ops by self device time (CPU time on the smoke run)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = DEVICE.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        fn()
+        _sync()
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    rows = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[:top]
+    return [{"op": e.key[:120], "calls": e.count, "self_ms": round(getattr(e, key) / 1e3, 3)} for e in rows]
+
+
+def summarise(times: list[float], n_params: int, rate: float, metrics: dict, passes: int = 3) -> dict:
+    """`passes`: 3 for a training step (forward and backward: 6 N FLOPs a token), 1 for a forward (2 N)."""
     sec = statistics.median(times)
     tokens = BATCH * (PROMPT + RESPONSE)
+    flops = 2 * passes * n_params * tokens
     return {
         "step_seconds_median": sec, "step_seconds": times, "tokens_per_s": tokens / sec,
-        "mfu": 6 * n_params * tokens / sec / rate, "achieved_tflops": 6 * n_params * tokens / sec / 1e12,
+        "mfu": flops / sec / rate, "achieved_tflops": flops / sec / 1e12,
         "params": n_params, **_memory(),
         "loss": metrics.get("loss/total"), "grad_norm": metrics.get("train/grad_norm"),
     }
 
 
 def titan_stage(size: str, rate: float, *, compile: bool, ac: str, grad_accum: int, chunk_rows: int,
-                warmup: int, steps: int, attention: str = "sdpa", share_prompts: bool = False) -> dict:
+                warmup: int, steps: int, attention: str = "sdpa", share_prompts: bool = False,
+                profile: bool = False) -> dict:
     from forge_exp.rl.losses import GRPOLoss
     from forge_exp.trainers.parallel import Degrees
     from forge_exp.trainers.titan import TitanTrainer
@@ -154,16 +174,43 @@ def titan_stage(size: str, rate: float, *, compile: bool, ac: str, grad_accum: i
     build = time.perf_counter() - t0
     n_params = sum(p.numel() for p in trainer.model.parameters())
     batch = make_batch(cfg["vocab_size"], group=min(8, BATCH) if share_prompts else 1)
+    step = lambda: trainer.train_step(batch, grad_accum=grad_accum, max_grad_norm=1.0, temperature=1.0)  # noqa: E731
     try:
-        times, metrics = timed_steps(
-            lambda: trainer.train_step(batch, grad_accum=grad_accum, max_grad_norm=1.0, temperature=1.0), warmup, steps
-        )
+        times, metrics = timed_steps(step, warmup, steps)
         out = summarise(times, n_params, rate, metrics)
+        if profile:
+            out["profile"] = profiled(step)
     finally:
         del trainer
     return {**out, "build_seconds": build, "compile": compile, "activation_checkpointing": ac,
             "grad_accum": grad_accum, "chunk_rows": chunk_rows, "warmup_steps": warmup, "attention": attention,
             "share_prompts": share_prompts}
+
+
+def ref_stage(size: str, rate: float, *, compile: bool, chunk_rows: int, warmup: int, steps: int,
+              attention: str = "sdpa", share_prompts: bool = False, profile: bool = False) -> dict:
+    """The frozen reference model's pass over a batch (TitanTrainer.score: one forward of the whole batch, weights
+    in bf16, no gradient), as the trainer hosts it (trainer.hosts_reference). Its MFU counts 2 N FLOPs a row token."""
+    from forge_exp.trainers.parallel import Degrees
+    from forge_exp.trainers.titan import TitanTrainer
+
+    cfg = hf_config(size)
+    t0 = time.perf_counter()
+    ref = TitanTrainer(cfg, degrees=Degrees(1, 1, 1), loss=None, lr=0.0, frozen=True, compile=compile,
+                       chunk_rows=chunk_rows, attention=attention, share_prompts=share_prompts)
+    build = time.perf_counter() - t0
+    n_params = sum(p.numel() for p in ref.model.parameters())
+    batch = make_batch(cfg["vocab_size"], group=min(8, BATCH) if share_prompts else 1)
+    score = lambda: {"loss/total": float(ref.score(batch, 1.0).mean())}  # noqa: E731
+    try:
+        times, metrics = timed_steps(score, warmup, steps)
+        out = summarise(times, n_params, rate, metrics, passes=1)
+        if profile:
+            out["profile"] = profiled(score)
+    finally:
+        del ref
+    return {**out, "build_seconds": build, "compile": compile, "chunk_rows": chunk_rows, "warmup_steps": warmup,
+            "attention": attention, "share_prompts": share_prompts}
 
 
 def hf_stage(size: str, rate: float, *, grad_accum: int, warmup: int, steps: int) -> dict:
@@ -222,6 +269,7 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU")
     p.add_argument("--grad-accum", type=int, default=None,
                    help="the 1.7B titan stages' grad_accum instead of 1 (2 fits an 80 GB card: 1 holds ~80 GiB)")
+    p.add_argument("--profile", action="store_true", help="one more step of each titan and reference stage, profiled")
     args = p.parse_args()
     if args.smoke:
         _smoke()
@@ -264,7 +312,13 @@ def main() -> None:
         "titan_1.7b_share": (titan_stage, ("1.7B", rate), dict(compile=not SMOKE, ac="none", grad_accum=1,
                                                                chunk_rows=8192, warmup=3, steps=5, share_prompts=True,
                                                                attention="sdpa" if SMOKE else "flex")),
+        "ref_1.7b": (ref_stage, ("1.7B", rate), dict(compile=not SMOKE, chunk_rows=8192, warmup=3, steps=5)),
+        "ref_1.7b_share": (ref_stage, ("1.7B", rate), dict(compile=not SMOKE, chunk_rows=8192, warmup=3, steps=5,
+                                                           share_prompts=True, attention="sdpa" if SMOKE else "flex")),
     }
+    for name, (fn, a, kw) in stages.items():
+        if args.profile and fn in (titan_stage, ref_stage):
+            kw["profile"] = True
     if args.grad_accum is not None:
         for name, (fn, a, kw) in stages.items():
             if fn is titan_stage and a[0] == "1.7B":

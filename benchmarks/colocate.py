@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.generation import qwen3_1_7b  # noqa: E402
+from benchmarks.generation_engines import qwen3_1_7b  # noqa: E402
 from forge_exp.generators.base import Sampling  # noqa: E402
 from forge_exp.generators.native import NativeEngine  # noqa: E402
 

@@ -60,39 +60,54 @@ def pack_groups(
 ) -> Packed:
     """One sequence per distinct prompt of the micro-batch, in order of first appearance; its rows' responses
     follow it in row order, each cut to its length (response_mask's count). Rows need not be adjacent. For
-    response tokens past a row's length, `index` points at the row's last token (their logprobs are masked)."""
+    response tokens past a row's length, `index` points at the row's last token (their logprobs are masked).
+    Tensor ops on the batch's device: one read of the widest sequence's length is the only wait for it."""
     B, P = prompt_ids.shape
     R = response_ids.shape[1]
-    prompt_lens, response_lens = prompt_mask.long().sum(1).tolist(), response_mask.long().sum(1).tolist()
-    prompts, responses = prompt_ids.tolist(), response_ids.tolist()
-    rows = prompt_groups(prompt_ids, prompt_mask).tolist()  # per row: its sequence
-    ids, positions, segments = [], [], []  # per sequence
-    first, start = [], []  # per row: the column predicting its token 0, its response's start
-    for i, g in enumerate(rows):
-        if g == len(ids):  # the prompt's first row (sequences are numbered in order of first appearance)
-            prompt = prompts[i][P - prompt_lens[i]:]
-            ids.append(prompt)
-            positions.append(list(range(len(prompt))))
-            segments.append([PROMPT] * len(prompt))
-        p, n = prompt_lens[i], response_lens[i]
-        start.append(len(ids[g]))
-        first.append(p - 1 if p else start[-1])  # (no prompt: nothing predicts token 0; its own column, as pack_left)
-        segments[g] += [segments[g][-1] + 1 if start[-1] > p else 1] * n
-        ids[g] += responses[i][:n]
-        positions[g] += range(p, p + n)
-    width = max(1, max(len(s) for s in ids))
     on = dict(device=prompt_ids.device)
+    p, n = prompt_mask.long().sum(1), response_mask.long().sum(1)  # [B] each row's prompt and response lengths
+    rows = prompt_groups(prompt_ids, prompt_mask)  # [B] each row's sequence
+    order = rows.argsort(stable=True)  # the rows sequence by sequence, in row order within one
+    ordered = rows[order]
+    G = int(ordered[-1]) + 1
+    head = torch.searchsorted(ordered, torch.arange(G, **on))  # where each sequence's rows begin in `order`
 
-    def padded(seqs: list[list[int]], fill: int) -> torch.Tensor:
-        return torch.tensor([s + [fill] * (width - len(s)) for s in seqs], **on)
+    def earlier(x: torch.Tensor) -> torch.Tensor:
+        """[B]: the sum of x over the rows before each row in its sequence."""
+        sums = x[order].cumsum(0) - x[order]
+        out = torch.empty_like(sums)
+        out[order] = sums - sums[head][ordered]
+        return out
 
-    # index[i, j]: token j is predicted by column start + j - 1 of its sequence (token 0 by `first`); past the row's
-    # length, by its last token (those logprobs are masked)
+    start = p + earlier(n)  # the column of each row's first response token
+    segment = earlier((n > 0).long()) + 1  # responses numbered 1, 2, ... (an empty one takes no number)
+    lengths = torch.zeros(G, dtype=torch.long, **on).index_add_(0, rows, n) + p[order[head]]
+    width = max(1, int(lengths.max()))
+    wide = max(width, P)  # room for the prompt columns before cutting to width
+    ids = torch.zeros(G, wide, dtype=torch.long, **on)
+    positions = torch.zeros(G, wide, dtype=torch.long, **on)
+    segments = torch.full((G, wide), PAD, dtype=torch.long, **on)
+    # each sequence's prompt: its first row's, moved from the right edge (left padding) to column 0
+    first_row, col = order[head], torch.arange(P, **on)[None]
+    plen = p[first_row][:, None]
+    in_prompt = col < plen
+    ids[:, :P] = torch.where(in_prompt, prompt_ids[first_row].gather(1, (P - plen + col).clamp(max=P - 1)), 0)
+    positions[:, :P] = torch.where(in_prompt, col, 0)
+    segments[:, :P] = torch.where(in_prompt, PROMPT, PAD)
+    # each row's response tokens at start, start + 1, ... of its sequence, at positions p, p + 1, ... (its own)
     j = torch.arange(R, **on)[None]
-    last = torch.tensor(start, **on)[:, None] + torch.minimum(j, torch.tensor(response_lens, **on)[:, None]) - 1
-    index = torch.where(j == 0, torch.tensor(first, **on)[:, None], last).clamp(min=0)
-    return Packed(ids=padded(ids, 0), positions=padded(positions, 0), segments=padded(segments, PAD),
-                  rows=torch.tensor(rows, **on), index=index)
+    live = j < n[:, None]
+    at = (rows[:, None].expand(B, R)[live], (start[:, None] + j)[live])
+    ids[at] = response_ids[live].long()
+    positions[at] = (p[:, None] + j)[live]
+    segments[at] = segment[:, None].expand(B, R)[live]
+    # index[i, j]: token j is predicted by column start + j - 1 of its sequence (token 0 by the prompt's last
+    # column; with no prompt, by its own); past the row's length, by its last token (those logprobs are masked)
+    first = torch.where(p > 0, p - 1, start)
+    last = start[:, None] + torch.minimum(j, n[:, None]) - 1
+    index = torch.where(j == 0, first[:, None], last).clamp(min=0)
+    return Packed(ids=ids[:, :width].contiguous(), positions=positions[:, :width].contiguous(),
+                  segments=segments[:, :width].contiguous(), rows=rows, index=index)
 
 
 def prompt_groups(

@@ -64,6 +64,47 @@ def test_rows_without_a_prompt_read_only_their_own_columns():
     assert p.index.tolist() == [[0, 0], [2, 2]]  # token 0 has no predictor: its own column, never the other row's
 
 
+def test_pack_groups_holds_every_row_of_random_batches_as_the_layout_says():
+    """Random micro-batches (rows of one prompt apart, prompts of any padding or none, empty responses): each
+    sequence is its prompt then its rows' responses in row order, numbered 1, 2, ..., at their own positions, and
+    index[i, j] is the column holding the token before response token j."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        B, P, R = (int(torch.randint(1, k, (), generator=g)) for k in (10, 7, 7))
+        lens = torch.randint(0, P + 1, (3,), generator=g)
+        pick = torch.randint(0, 3, (B,), generator=g)
+        prompt_mask = torch.arange(P)[None] >= P - lens[pick][:, None]
+        prompt_ids = torch.where(prompt_mask, torch.randint(3, 9, (3, P), generator=g)[pick],
+                                 torch.randint(0, 3, (B, P), generator=g))  # pads hold anything
+        n = torch.randint(0, R + 1, (B,), generator=g)
+        response_mask = torch.arange(R)[None] < n[:, None]
+        response_ids = torch.where(response_mask, torch.randint(3, 9, (B, R), generator=g), 0)
+        p = pack_groups(prompt_ids, prompt_mask, response_ids, response_mask)
+        assert p.rows.tolist() == prompt_groups(prompt_ids, prompt_mask).tolist()
+        filled = [0] * len(p.ids)
+        for i in range(B):
+            seq, plen, k = int(p.rows[i]), int(prompt_mask[i].sum()), int(n[i])
+            prompt = prompt_ids[i, P - plen:].tolist()
+            assert p.ids[seq, :plen].tolist() == prompt and p.positions[seq, :plen].tolist() == list(range(plen))
+            assert (p.segments[seq, :plen] == PROMPT).all()
+            at = max(filled[seq], plen)  # after the prompt and the responses of the sequence's earlier rows
+            assert p.ids[seq, at : at + k].tolist() == response_ids[i, :k].tolist()
+            assert p.positions[seq, at : at + k].tolist() == list(range(plen, plen + k))
+            if k:
+                earlier = p.segments[seq, plen:at]
+                assert (p.segments[seq, at : at + k] == (int(earlier.max()) if at > plen else 0) + 1).all()
+            for j in range(k):
+                column = int(p.index[i, j])
+                if j or plen:
+                    assert p.ids[seq, column] == (response_ids[i, j - 1] if j else prompt[-1])
+                    assert p.positions[seq, column] == plen - 1 + j
+            filled[seq] = at + k
+        width = max(1, max(filled))
+        assert p.ids.shape == p.positions.shape == p.segments.shape == (len(filled), width)
+        for seq, end in enumerate(filled):  # past a sequence's end: pads
+            assert (p.segments[seq, end:] == PAD).all() and (p.ids[seq, end:] == 0).all()
+
+
 def test_a_response_sees_its_prompt_and_itself_never_another_response():
     segments = torch.tensor([[PROMPT] * 3 + [1] * 3 + [2] * 2, [PROMPT] * 4 + [1] + [PAD] * 3])
     mask = dense_mask(segments)

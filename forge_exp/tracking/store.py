@@ -98,14 +98,30 @@ def ensure_store(uri: str) -> None:
                 return
             except Exception as e:  # noqa: BLE001 — one line naming the key
                 # A client that does not take the lock (an MLflow UI, a script) creating the same new store at the
-                # same time makes alembic fail here ("table experiments already exists"): what it made is read again.
+                # same time makes alembic fail here ("table experiments already exists"): wait for it to finish,
+                # and create what is left only once it has stopped.
                 if path is not None and attempt + 1 < CREATE_ATTEMPTS:
-                    time.sleep(1.0)
-                    if migrated(path):
+                    if other_creator_done(path):
                         return
                     continue
                 raise StoreUnavailable(f"tracking.uri={uri}: cannot open the store ({type(e).__name__}: "
                                        f"{str(e).splitlines()[0] if str(e) else ''})") from e
+
+
+def other_creator_done(path: Path, quiet_s: float = 5.0, timeout_s: float = 120.0) -> bool:
+    """After a creation of the store at `path` failed beside another creator: True once the store is migrated;
+    False once its schema revision has not moved for `quiet_s` (the other stopped) or after `timeout_s`."""
+    last, since = revision(path), time.monotonic()
+    deadline = since + timeout_s
+    while time.monotonic() < deadline:
+        if migrated(path):
+            return True
+        if (now := revision(path)) != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return False
+        time.sleep(0.25)
+    return False
 
 
 STORE_ERRORS = "mlflow.store.db.utils"  # MLflow's SQL store logs each failed write here, at ERROR, with a traceback
@@ -160,14 +176,20 @@ def migrated(path: Path) -> bool:
     to create or migrate. Read with the standard library: opening it through MLflow imports mlflow and SQLAlchemy
     first (1.2 s + 0.7 s of the controller's start-up, benchmarks/lean.md)."""
     head = schema_head()
-    if head is None or not path.is_file():
-        return False
+    return head is not None and revision(path) == head
+
+
+def revision(path: Path) -> str | None:
+    """The schema revision the sqlite store at `path` records; None while it has none (no file, an empty one, a
+    store being created), or it is locked or not a database."""
+    if not path.is_file():
+        return None
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
             rows = db.execute("SELECT version_num FROM alembic_version").fetchall()
-    except sqlite3.Error:  # no such table (an empty file, a store being created), locked, not a database
-        return False
-    return rows == [(head,)]
+    except sqlite3.Error:
+        return None
+    return rows[0][0] if len(rows) == 1 else None
 
 
 def schema_head() -> str | None:

@@ -182,7 +182,9 @@ except Exception as e:
 @pytest.mark.slow  # two Python processes a round, each importing MLflow
 def test_a_run_creating_its_store_beside_a_client_that_takes_no_lock_opens_it(tmp_path):
     """A client outside forge-exp (an MLflow UI, a script) creating the same new sqlite store at the same moment
-    races the run's creation inside alembic; the run reads what was made and goes on instead of failing."""
+    races the run's creation inside alembic; the run waits for the client to finish, reads what was made and goes
+    on instead of failing. (The client takes no lock and may fail itself; a store it leaves half-made may be past
+    repair, and then the run says so in one line.)"""
     import time
 
     from forge_exp.tracking.store import migrated
@@ -195,5 +197,8 @@ def test_a_run_creating_its_store_beside_a_client_that_takes_no_lock_opens_it(tm
         time.sleep(4.0)  # both have imported MLflow and wait for the go
         go.touch()
         said = {role: p.communicate(timeout=120) for role, p in procs.items()}
-        assert said["run"][0].strip() == "ok", (i, said)  # (the client may fail: it takes no lock)
-        assert migrated(db)
+        run, client = said["run"][0].strip(), said["client"][0].strip()
+        if client == "ok":
+            assert run == "ok" and migrated(db), (i, said)
+        else:
+            assert run == "ok" or run.startswith(f"StoreUnavailable tracking.uri=sqlite:///{db}: "), (i, said)

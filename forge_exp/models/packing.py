@@ -83,7 +83,8 @@ def pack_groups(
     segment = earlier((n > 0).long()) + 1  # responses numbered 1, 2, ... (an empty one takes no number)
     lengths = torch.zeros(G, dtype=torch.long, **on).index_add_(0, rows, n) + p[order[head]]
     width = max(1, int(lengths.max()))
-    wide = max(width, P)  # room for the prompt columns before cutting to width
+    wide = max(width, P) + 1  # room for the prompt columns before cutting to width, and a last column for what
+    # is not written (every [B, R] entry is scattered, without a mask to read back: its dead ones go there)
     ids = torch.zeros(G, wide, dtype=torch.long, **on)
     positions = torch.zeros(G, wide, dtype=torch.long, **on)
     segments = torch.full((G, wide), PAD, dtype=torch.long, **on)
@@ -96,11 +97,10 @@ def pack_groups(
     segments[:, :P] = torch.where(in_prompt, PROMPT, PAD)
     # each row's response tokens at start, start + 1, ... of its sequence, at positions p, p + 1, ... (its own)
     j = torch.arange(R, **on)[None]
-    live = j < n[:, None]
-    at = (rows[:, None].expand(B, R)[live], (start[:, None] + j)[live])
-    ids[at] = response_ids[live].long()
-    positions[at] = (p[:, None] + j)[live]
-    segments[at] = segment[:, None].expand(B, R)[live]
+    at = (rows[:, None].expand(B, R), torch.where(j < n[:, None], start[:, None] + j, wide - 1))
+    ids[at] = response_ids.long()
+    positions[at] = (p[:, None] + j).expand(B, R)
+    segments[at] = segment[:, None].expand(B, R)
     # index[i, j]: token j is predicted by column start + j - 1 of its sequence (token 0 by the prompt's last
     # column; with no prompt, by its own); past the row's length, by its last token (those logprobs are masked)
     first = torch.where(p > 0, p - 1, start)

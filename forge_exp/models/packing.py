@@ -61,7 +61,7 @@ def pack_groups(
     """One sequence per distinct prompt of the micro-batch, in order of first appearance; its rows' responses
     follow it in row order, each cut to its length (response_mask's count). Rows need not be adjacent. For
     response tokens past a row's length, `index` points at the row's last token (their logprobs are masked).
-    Tensor ops on the batch's device: one read of the widest sequence's length is the only wait for it."""
+    Tensor ops on the batch's device, which read back sizes only (the prompts' count, the widest sequence)."""
     B, P = prompt_ids.shape
     R = response_ids.shape[1]
     on = dict(device=prompt_ids.device)

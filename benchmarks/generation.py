@@ -16,7 +16,6 @@ the GPU (float32), so a fast wrong engine cannot pass unnoticed.
 thread): the eager path, the native engine and, with --baseline-rev, `generate` as it was at that commit.
 """
 
-
 from __future__ import annotations
 
 import argparse

@@ -159,58 +159,41 @@ def summarise(times: list[float], n_params: int, rate: float, metrics: dict, pas
     }
 
 
-def titan_stage(size: str, rate: float, *, compile: bool, ac: str, grad_accum: int, chunk_rows: int,
-                warmup: int, steps: int, attention: str = "sdpa", share_prompts: bool = False,
-                profile: bool = False) -> dict:
+def titan_stage(size: str, rate: float, *, compile: bool, chunk_rows: int, warmup: int, steps: int, ac: str = "none",
+                grad_accum: int = 1, attention: str = "sdpa", share_prompts: bool = False, profile: bool = False,
+                reference: bool = False) -> dict:
+    """The TorchTitan engine's training step; with `reference`, the frozen reference model's pass over the batch
+    instead (TitanTrainer.score: one forward of the whole batch, weights in bf16, no gradient), as the trainer hosts
+    it (trainer.hosts_reference), its MFU at 2 N FLOPs a row token."""
     from forge_exp.rl.losses import GRPOLoss
     from forge_exp.trainers.parallel import Degrees
     from forge_exp.trainers.titan import TitanTrainer
 
     cfg = hf_config(size)
+    role = dict(loss=None, lr=0.0, frozen=True) if reference else dict(loss=GRPOLoss(beta=0.04), lr=1e-6,
+                                                                         activation_checkpointing=ac)
     t0 = time.perf_counter()
-    trainer = TitanTrainer(cfg, degrees=Degrees(1, 1, 1), loss=GRPOLoss(beta=0.04), lr=1e-6, compile=compile,
-                           activation_checkpointing=ac, chunk_rows=chunk_rows, attention=attention,
-                           share_prompts=share_prompts)
+    trainer = TitanTrainer(cfg, degrees=Degrees(1, 1, 1), compile=compile, chunk_rows=chunk_rows, attention=attention,
+                           share_prompts=share_prompts, **role)
     build = time.perf_counter() - t0
     n_params = sum(p.numel() for p in trainer.model.parameters())
     batch = make_batch(cfg["vocab_size"], group=min(8, BATCH) if share_prompts else 1)
-    step = lambda: trainer.train_step(batch, grad_accum=grad_accum, max_grad_norm=1.0, temperature=1.0)  # noqa: E731
+
+    def call() -> dict:
+        if reference:
+            return {"loss/total": float(trainer.score(batch, 1.0).mean())}
+        return trainer.train_step(batch, grad_accum=grad_accum, max_grad_norm=1.0, temperature=1.0)
+
     try:
-        times, metrics = timed_steps(step, warmup, steps)
-        out = summarise(times, n_params, rate, metrics)
+        times, metrics = timed_steps(call, warmup, steps)
+        out = summarise(times, n_params, rate, metrics, passes=1 if reference else 3)
         if profile:
-            out["profile"] = profiled(step)
+            out["profile"] = profiled(call)
     finally:
         del trainer
-    return {**out, "build_seconds": build, "compile": compile, "activation_checkpointing": ac,
-            "grad_accum": grad_accum, "chunk_rows": chunk_rows, "warmup_steps": warmup, "attention": attention,
-            "share_prompts": share_prompts}
-
-
-def ref_stage(size: str, rate: float, *, compile: bool, chunk_rows: int, warmup: int, steps: int,
-              attention: str = "sdpa", share_prompts: bool = False, profile: bool = False) -> dict:
-    """The frozen reference model's pass over a batch (TitanTrainer.score: one forward of the whole batch, weights
-    in bf16, no gradient), as the trainer hosts it (trainer.hosts_reference). Its MFU counts 2 N FLOPs a row token."""
-    from forge_exp.trainers.parallel import Degrees
-    from forge_exp.trainers.titan import TitanTrainer
-
-    cfg = hf_config(size)
-    t0 = time.perf_counter()
-    ref = TitanTrainer(cfg, degrees=Degrees(1, 1, 1), loss=None, lr=0.0, frozen=True, compile=compile,
-                       chunk_rows=chunk_rows, attention=attention, share_prompts=share_prompts)
-    build = time.perf_counter() - t0
-    n_params = sum(p.numel() for p in ref.model.parameters())
-    batch = make_batch(cfg["vocab_size"], group=min(8, BATCH) if share_prompts else 1)
-    score = lambda: {"loss/total": float(ref.score(batch, 1.0).mean())}  # noqa: E731
-    try:
-        times, metrics = timed_steps(score, warmup, steps)
-        out = summarise(times, n_params, rate, metrics, passes=1)
-        if profile:
-            out["profile"] = profiled(score)
-    finally:
-        del ref
-    return {**out, "build_seconds": build, "compile": compile, "chunk_rows": chunk_rows, "warmup_steps": warmup,
-            "attention": attention, "share_prompts": share_prompts}
+    shape = {"reference": True} if reference else {"activation_checkpointing": ac, "grad_accum": grad_accum}
+    return {**out, "build_seconds": build, "compile": compile, **shape, "chunk_rows": chunk_rows,
+            "warmup_steps": warmup, "attention": attention, "share_prompts": share_prompts}
 
 
 def hf_stage(size: str, rate: float, *, grad_accum: int, warmup: int, steps: int) -> dict:
@@ -312,16 +295,16 @@ def main() -> None:
         "titan_1.7b_share": (titan_stage, ("1.7B", rate), dict(compile=not SMOKE, ac="none", grad_accum=1,
                                                                chunk_rows=8192, warmup=3, steps=5, share_prompts=True,
                                                                attention="sdpa" if SMOKE else "flex")),
-        "ref_1.7b": (ref_stage, ("1.7B", rate), dict(compile=not SMOKE, chunk_rows=8192, warmup=3, steps=5)),
-        "ref_1.7b_share": (ref_stage, ("1.7B", rate), dict(compile=not SMOKE, chunk_rows=8192, warmup=3, steps=5,
-                                                           share_prompts=True, attention="sdpa" if SMOKE else "flex")),
+        "ref_1.7b": (titan_stage, ("1.7B", rate), dict(compile=not SMOKE, chunk_rows=8192, warmup=3, steps=5,
+                                                       reference=True)),
+        "ref_1.7b_share": (titan_stage, ("1.7B", rate), dict(compile=not SMOKE, chunk_rows=8192, warmup=3, steps=5,
+                                                             reference=True, share_prompts=True,
+                                                             attention="sdpa" if SMOKE else "flex")),
     }
     for name, (fn, a, kw) in stages.items():
-        if args.profile and fn in (titan_stage, ref_stage):
-            kw["profile"] = True
-    if args.grad_accum is not None:
-        for name, (fn, a, kw) in stages.items():
-            if fn is titan_stage and a[0] == "1.7B":
+        if fn is titan_stage:
+            kw["profile"] = args.profile
+            if args.grad_accum is not None and a[0] == "1.7B" and not kw.get("reference"):
                 kw["grad_accum"] = args.grad_accum
     for name in args.stages.split(","):
         if time.perf_counter() - start > args.budget_s:

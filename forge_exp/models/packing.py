@@ -71,6 +71,7 @@ def pack_groups(
     ordered = rows[order]
     G = int(ordered[-1]) + 1
     head = torch.searchsorted(ordered, torch.arange(G, **on))  # where each sequence's rows begin in `order`
+    first_row = order[head]  # each sequence's first row, whose prompt it holds
 
     def earlier(x: torch.Tensor) -> torch.Tensor:
         """[B]: the sum of x over the rows before each row in its sequence."""
@@ -81,7 +82,7 @@ def pack_groups(
 
     start = p + earlier(n)  # the column of each row's first response token
     segment = earlier((n > 0).long()) + 1  # responses numbered 1, 2, ... (an empty one takes no number)
-    lengths = torch.zeros(G, dtype=torch.long, **on).index_add_(0, rows, n) + p[order[head]]
+    lengths = torch.zeros(G, dtype=torch.long, **on).index_add_(0, rows, n) + p[first_row]
     width = max(1, int(lengths.max()))
     wide = max(width, P) + 1  # room for the prompt columns before cutting to width, and a last column for what
     # is not written (every [B, R] entry is scattered, without a mask to read back: its dead ones go there)
@@ -89,7 +90,7 @@ def pack_groups(
     positions = torch.zeros(G, wide, dtype=torch.long, **on)
     segments = torch.full((G, wide), PAD, dtype=torch.long, **on)
     # each sequence's prompt: its first row's, moved from the right edge (left padding) to column 0
-    first_row, col = order[head], torch.arange(P, **on)[None]
+    col = torch.arange(P, **on)[None]
     plen = p[first_row][:, None]
     in_prompt = col < plen
     ids[:, :P] = torch.where(in_prompt, prompt_ids[first_row].gather(1, (P - plen + col).clamp(max=P - 1)), 0)

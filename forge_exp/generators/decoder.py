@@ -117,7 +117,8 @@ class StaticDecoder:
             tokens = torch.tensor([t for p in prompts for t in p], device=dev)
             rows = torch.repeat_interleave(slots, lens, output_size=len(tokens))  # [N] slot of each token
             positions = torch.tensor([i for n in sizes for i in range(n)], device=dev)
-            attend = lambda q, kc, vc: self.kernels.attention(q, kc, vc, rows, positions + 1, width, self.scale)
+            lengths = positions + 1
+            attend = lambda q, kc, vc: self.kernels.attention(q, kc, vc, rows, lengths, width, self.scale)
             last = lens.cumsum(0) - 1
         else:
             tokens = torch.tensor([t for p in prompts for t in p + [0] * (width - len(p))], device=dev)
@@ -150,15 +151,15 @@ class StaticDecoder:
         # K/V when another slot holds them (kernels.SHARED_PREFIX: the samples of a prompt share its prefill)
     ) -> torch.Tensor:
         """One decode step of B rows: logits [B, V] in the model dtype."""
+        lengths = positions + 1  # once a step, not once a layer: a kernel launch each
         if prefix is not None:
-            attend = lambda q, kc, vc: self.kernels.attention(q, kc, vc, slots, positions + 1, kv_len, self.scale,
-                                                              prefix)
+            attend = lambda q, kc, vc: self.kernels.attention(q, kc, vc, slots, lengths, kv_len, self.scale, prefix)
         elif first_slot is not None and self.kernels.SLOT_WINDOW:
             window = slice(first_slot, first_slot + len(tokens))
-            attend = lambda q, kc, vc: self.kernels.attention(q, kc[window], vc[window], None, positions + 1,
-                                                              kv_len, self.scale)
+            attend = lambda q, kc, vc: self.kernels.attention(q, kc[window], vc[window], None, lengths, kv_len,
+                                                              self.scale)
         else:
-            attend = lambda q, kc, vc: self.kernels.attention(q, kc, vc, slots, positions + 1, kv_len, self.scale)
+            attend = lambda q, kc, vc: self.kernels.attention(q, kc, vc, slots, lengths, kv_len, self.scale)
         return self._forward(tokens, slots, positions, attend, None)
 
     @torch.no_grad()

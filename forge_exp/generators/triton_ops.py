@@ -2,7 +2,7 @@
 
 Why: a decode step at batch 32 is a few MB of activations against GBs of weights and KV cache, so the eager step's
 ~30 small kernels per layer cost more in launches than in bytes. Fused, a layer is two norms, one rotary/cache-write
-kernel, split-KV attention (one launch: the last chunk program of a head group combines the chunks) and four GEMMs. Attention reads only each row's live cache positions
+kernel, split-KV attention (two launches) and four GEMMs. Attention reads only each row's live cache positions
 (`lengths`), so a batch whose rows sit at different positions (continuous batching) costs what its rows hold.
 
 The sampler (`sample`) is models/sampling.sample's untruncated inverse-CDF draw in one launch: three reads of
@@ -11,9 +11,8 @@ a different order than torch's cumsum, so on a flat distribution over a large vo
 ~1e-5 of accumulated rounding against per-column masses of ~1e-7) a draw can land a few columns away from the torch
 op's; each is the same distribution's draw to float32 precision. The CPU path is the torch op itself.
 
-Loops have compile-time bounds and masked tails (no data-dependent loop bounds: the one branch on data is attention's
-last-program combine), which keeps the kernels capturable in CUDA graphs and runnable under TRITON_INTERPRET=1 on a
-CPU for tests.
+Loops have compile-time bounds and masked tails (no data-dependent control flow), which keeps the kernels
+capturable in CUDA graphs and runnable under TRITON_INTERPRET=1 on a CPU for tests.
 """
 
 from __future__ import annotations
@@ -135,12 +134,11 @@ def qk_rope_store(qkv, qk_norm, eps, cos, sin, positions, slots, k_cache, v_cach
 
 
 @triton.jit
-def _attn_split_kernel(Q, KC, VC, SLOT, LENS, PSLOT, PLEN, OP, LSE, OUT, DONE,
+def _attn_split_kernel(Q, KC, VC, SLOT, LENS, PSLOT, PLEN, OP, LSE,
                        stride_qn, stride_qh, stride_cs, stride_cl, stride_ch,
-                       stride_on, stride_oh, stride_os, stride_ln, stride_lh, stride_outn, stride_outh, scale,
+                       stride_on, stride_oh, stride_os, stride_ln, stride_lh, scale,
                        G: tl.constexpr, BG: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
-                       CHUNK: tl.constexpr, NS: tl.constexpr, BS: tl.constexpr, IEEE: tl.constexpr,
-                       HAS_PREFIX: tl.constexpr):
+                       CHUNK: tl.constexpr, IEEE: tl.constexpr, HAS_PREFIX: tl.constexpr):
     # Program (row, kv head, chunk): the G query heads of one kv head against one chunk of the row's cache. Rows
     # are the grid's fastest axis, so the rows that share a prefix read its blocks at about the same time (from L2).
     n = tl.program_id(0)
@@ -188,44 +186,24 @@ def _attn_split_kernel(Q, KC, VC, SLOT, LENS, PSLOT, PLEN, OP, LSE, OUT, DONE,
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
-    partial = OP + n * stride_on + heads[:, None] * stride_oh + od[None, :]
-    lses = LSE + n * stride_ln + heads * stride_lh
-    tl.store(partial + sp * stride_os, out, mask=gm[:, None])
-    tl.store(lses + sp, lse, mask=gm)
-    # The last of the NS chunk programs of (row, kv head) to finish combines their partial results, so attention
-    # is one launch. The barrier has every thread's stores issued before the ticket's release; the ticket's
-    # acquire, and reads that bypass L1 (.cg), let the last program see the others' stores. It leaves the counter
-    # at 0 for the next launch.
-    tl.debug_barrier()
-    ticket = tl.atomic_add(DONE + n * tl.num_programs(1) + hk, 1, sem="acq_rel")
-    if ticket == NS - 1:
-        tl.store(DONE + n * tl.num_programs(1) + hk, 0)
-        os_ = tl.arange(0, BS)
-        chunk_lse = tl.load(lses[:, None] + os_[None, :], mask=gm[:, None] & (os_ < NS)[None, :],
-                            other=float("-inf"), cache_modifier=".cg")  # [BG, BS]
-        top = tl.where(gm, tl.max(chunk_lse, 1), 0.0)  # chunk 0 always holds the current token: finite
-        w = tl.exp(chunk_lse - top[:, None])
-        total = tl.zeros([BG, D], tl.float32)
-        for c in range(NS):
-            w_c = tl.sum(tl.where(os_[None, :] == c, w, 0.0), 1)  # [BG]: column c of w
-            total += w_c[:, None] * tl.load(partial + c * stride_os, mask=gm[:, None], other=0.0,
-                                            cache_modifier=".cg")
-        total = total / tl.where(gm, tl.sum(w, 1), 1.0)[:, None]
-        tl.store(OUT + n * stride_outn + heads[:, None] * stride_outh + od[None, :],
-                 total.to(OUT.dtype.element_ty), mask=gm[:, None])
+    tl.store(OP + n * stride_on + heads[:, None] * stride_oh + sp * stride_os + od[None, :], out, mask=gm[:, None])
+    tl.store(LSE + n * stride_ln + heads * stride_lh + sp, lse, mask=gm)
 
 
-# Per KV cache (its storage): the chunk programs' finish counters of `attention`, zero between launches. Buffers
-# only grow, and a replaced one is kept: CUDA graphs captured with it still read it.
-_DONE: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
-
-
-def _done_counters(k_cache: torch.Tensor, size: int) -> torch.Tensor:
-    held = _DONE.setdefault((k_cache.device, k_cache.untyped_storage().data_ptr()), [])
-    if not held or held[-1].numel() < size:
-        held.append(torch.zeros(max(size, 2 * held[-1].numel() if held else 0), dtype=torch.int32,
-                                device=k_cache.device))
-    return held[-1]
+@triton.jit
+def _attn_combine_kernel(OP, LSE, OUT, stride_on, stride_oh, stride_os, stride_ln, stride_lh,
+                         stride_outn, stride_outh, NS: tl.constexpr, BS: tl.constexpr, D: tl.constexpr):
+    n = tl.program_id(0)
+    h = tl.program_id(1)
+    os_ = tl.arange(0, BS)
+    od = tl.arange(0, D)
+    sm = os_ < NS
+    lse = tl.load(LSE + n * stride_ln + h * stride_lh + os_, mask=sm, other=float("-inf"))
+    w = tl.exp(lse - tl.max(lse, 0))  # chunk 0 always holds the current token, so the max is finite
+    o = tl.load(OP + n * stride_on + h * stride_oh + os_[:, None] * stride_os + od[None, :], mask=sm[:, None],
+                other=0.0)
+    out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    tl.store(OUT + n * stride_outn + h * stride_outh + od, out.to(OUT.dtype.element_ty))
 
 
 def attention(q, k_cache, v_cache, slots, lengths, kv_len, scale, prefix=None):
@@ -237,17 +215,18 @@ def attention(q, k_cache, v_cache, slots, lengths, kv_len, scale, prefix=None):
     chunks = triton.cdiv(kv_len if kv_len is not None else k_cache.shape[2], SPLIT)
     partial = torch.empty((n, num_heads, chunks, d), dtype=torch.float32, device=q.device)
     lse = torch.empty((n, num_heads, chunks), dtype=torch.float32, device=q.device)
-    out = torch.empty_like(q)
     ieee = q.dtype == torch.float32
     pslots, plens = prefix if prefix is not None else (slots, lengths)  # unused pointers without a prefix
     _attn_split_kernel[(n, kv_heads, chunks)](
-        q, k_cache, v_cache, slots, lengths, pslots, plens, partial, lse, out, _done_counters(k_cache, n * kv_heads),
+        q, k_cache, v_cache, slots, lengths, pslots, plens, partial, lse,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(2), k_cache.stride(1),
-        partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
-        out.stride(0), out.stride(1), scale,
-        G=group, BG=max(16, triton.next_power_of_2(group)), D=d, BN=BLOCK_N, CHUNK=SPLIT, NS=chunks,
-        BS=max(2, triton.next_power_of_2(chunks)), IEEE=ieee, HAS_PREFIX=prefix is not None, num_warps=ATTN_WARPS,
-        **({} if ATTN_STAGES is None else {"num_stages": ATTN_STAGES}))
+        partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1), scale,
+        G=group, BG=max(16, triton.next_power_of_2(group)), D=d, BN=BLOCK_N, CHUNK=SPLIT, IEEE=ieee,
+        HAS_PREFIX=prefix is not None, num_warps=ATTN_WARPS, **({} if ATTN_STAGES is None else {"num_stages": ATTN_STAGES}))
+    out = torch.empty_like(q)
+    _attn_combine_kernel[(n, num_heads)](
+        partial, lse, out, partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
+        out.stride(0), out.stride(1), NS=chunks, BS=max(2, triton.next_power_of_2(chunks)), D=d, num_warps=4)
     return out
 
 

@@ -81,9 +81,6 @@ def test_attention_reads_each_rows_live_prefix(g):
     assert rel(triton_ops.attention(q, k, v, slot_ids, lengths, 300, d**-0.5), want) < 1e-5
     k[0, :, 1:] = float("nan")  # past row 0's length: never read
     assert torch.isfinite(triton_ops.attention(q, k, v, slot_ids, lengths, None, d**-0.5)[0]).all()
-    # one launch: the last chunk program of each (row, kv head) combined the chunks and reset its counter
-    counters = triton_ops._DONE[(k.device, k.untyped_storage().data_ptr())]
-    assert counters[-1].numel() >= n * hkv and not any(c.any() for c in counters)
 
 
 @kernel_test

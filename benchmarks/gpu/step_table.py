@@ -19,13 +19,14 @@ ROW = {  # summarize.py key: (label, scale, format)
     "generation_tokens_per_s": ("generation tokens/s", 1, "{:,.0f}"),
     "weight_push_seconds": ("weight push (ms)", 1e3, "{:.1f}"),
     "weight_push_bytes": ("weight push (MiB)", 1 / 2**20, "{:,.1f}"),
+    "weight_capture_seconds": ("of it, the trainer's snapshot (ms)", 1e3, "{:.1f}"),
     "generator_load_seconds": ("generator load (ms)", 1e3, "{:.1f}"),
     "peak_gib": ("peak GPU memory (GiB)", 1, "{:.1f}"),
     **{f"timeline_{p}": (f"timeline: {p} (s)", 1, "{:.2f}")
        for p in ("rollout", "reference", "train", "sync", "overlap", "idle")},
 }
 ROWS = ("step_seconds", "wait_seconds", "train_seconds", "train_mfu", "generate_seconds", "generation_tokens_per_s",
-        "weight_push_seconds", "generator_load_seconds", "peak_gib", *(k for k in ROW if k.startswith("timeline_")))
+        "weight_push_seconds", "weight_capture_seconds", "generator_load_seconds", "peak_gib", *(k for k in ROW if k.startswith("timeline_")))
 
 
 def side_by_side(out: Path, tags: dict[str, str], rows: tuple[str, ...], name: str) -> None:

@@ -31,7 +31,7 @@ N_LAYERS = L * (D * H * HD + 2 * D * KV * HD + H * HD * D + 3 * D * FF)  # atten
 KEYS = (
     "time/step_seconds", "time/wait_seconds", "train/seconds", "train/tokens_per_s", "generator/seconds",
     "generator/tokens", "generator/tokens_per_s", "generator/sync_seconds", "sync/seconds", "train/policy_age",
-    "rollout/policy_age", "loss/total", "reward/mean", "train/grad_norm", "sync/bytes",
+    "rollout/policy_age", "loss/total", "reward/mean", "train/grad_norm", "sync/bytes", "sync/capture_seconds",
     *(f"timeline/{k}_seconds" for k in ("rollout", "reference", "train", "sync", "score", "overlap", "idle")),
 )
 
@@ -145,6 +145,7 @@ def main() -> None:
         "generate_seconds": gen_s,
         "generation_tokens_per_s": avg("generator/tokens_per_s"),
         "weight_push_seconds": avg("sync/seconds"),
+        "weight_capture_seconds": avg("sync/capture_seconds"),  # of the push: the trainer's snapshot (titan)
         "weight_push_bytes": avg("sync/bytes"),
         "generator_load_seconds": avg("generator/sync_seconds"),
         "train_policy_age": avg("train/policy_age"),

@@ -67,19 +67,17 @@ class Trainer(Actor):
     @endpoint
     async def push_weights(self, generators) -> dict[str, float]:
         """Publish the current weights (version self.version) to every generator replica and wait until each holds
-        a snapshot: how long it took (sync/seconds) and how much was sent (sync/bytes). runtime/weight_sync.py picks
-        the path: a process-local copy, CUDA IPC, shared CPU memory, or CPU tensors in the message."""
-        seconds = await self._publish(generators)
-        return {"sync/seconds": seconds, "sync/bytes": float(self._publisher.payload_bytes)}
-
-    async def _publish(self, generators) -> float:
+        a snapshot: how long it took (sync/seconds) and how much was sent (sync/bytes), with what taking the snapshot
+        reported (a sharded trainer's sync/capture_seconds, of those seconds). runtime/weight_sync.py picks the path:
+        a process-local copy, CUDA IPC, shared CPU memory, or CPU tensors in the message."""
         t0 = time.perf_counter()
         if getattr(self, "_publisher", None) is None:  # made on the first push: it holds the shared buffer
             self._publisher = publisher_of(self.engine)
-        self._publisher.capture()  # a sharded engine: every rank takes part in gathering the full weights
+        captured = self._publisher.capture()  # a sharded engine: every rank takes part in gathering the full weights
         if self.engine.rank == 0:
             await push(self._publisher, generators, self.version)
-        return time.perf_counter() - t0
+        seconds, nbytes = time.perf_counter() - t0, float(self._publisher.payload_bytes)
+        return {**captured, "sync/seconds": seconds, "sync/bytes": nbytes}
 
     @endpoint
     async def logprobs(self, batch: TrainBatch) -> torch.Tensor:

@@ -75,6 +75,12 @@ def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(tmp_path):
     assert versions == [(s, float(s)) for s in range(1, 7)]
     world = sorted((m.step, m.value) for m in client.get_metric_history(only.info.run_id, "trainer/world_size"))
     assert [w for _, w in world] == [2.0] * 4 + [1.0] * 2
+    # each push logs the trainer's snapshot: gathered over 2 processes, then copied from the parameters on one
+    capture = {key: sorted((m.step, m.value) for m in client.get_metric_history(only.info.run_id, key))
+               for key in ("sync/capture_seconds", "sync/snapshot_bytes", "sync/bytes")}
+    assert [s for s, _ in capture["sync/capture_seconds"]] == list(range(1, 7))
+    assert all(0 < v for _, v in capture["sync/capture_seconds"])
+    assert capture["sync/snapshot_bytes"] == capture["sync/bytes"]
 
 
 def test_the_reference_model_in_the_trainers_engine(tmp_path, warmstart_cache):

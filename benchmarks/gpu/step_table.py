@@ -26,7 +26,8 @@ ROW = {  # summarize.py key: (label, scale, format)
        for p in ("rollout", "reference", "train", "sync", "overlap", "idle")},
 }
 ROWS = ("step_seconds", "wait_seconds", "train_seconds", "train_mfu", "generate_seconds", "generation_tokens_per_s",
-        "weight_push_seconds", "weight_capture_seconds", "generator_load_seconds", "peak_gib", *(k for k in ROW if k.startswith("timeline_")))
+        "weight_push_seconds", "weight_capture_seconds", "generator_load_seconds", "peak_gib",
+        *(k for k in ROW if k.startswith("timeline_")))
 
 
 def side_by_side(out: Path, tags: dict[str, str], rows: tuple[str, ...], name: str) -> None:

@@ -68,7 +68,7 @@ class Trainer(Actor):
     async def push_weights(self, generators) -> dict[str, float]:
         """Publish the current weights (version self.version) to every generator replica and wait until each holds
         a snapshot: how long it took (sync/seconds) and how much was sent (sync/bytes), with what taking the snapshot
-        reported (a sharded trainer's sync/capture_seconds, of those seconds). runtime/weight_sync.py picks the path:
+        reported (trainer=titan's sync/capture_seconds, part of those seconds). runtime/weight_sync.py picks the path:
         a process-local copy, CUDA IPC, shared CPU memory, or CPU tensors in the message."""
         t0 = time.perf_counter()
         if getattr(self, "_publisher", None) is None:  # made on the first push: it holds the shared buffer

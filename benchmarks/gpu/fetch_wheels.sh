@@ -5,7 +5,7 @@
 # ones (torchmonarch, 93 MB; a .gguf model); install.sh puts them back together on the machine, which must stay warm
 # between the calls (30 s): chain them without a pause.
 #
-#   bash benchmarks/gpu/fetch_wheels.sh                       # requirements-gpu.txt → .whl/p1 .. p3
+#   bash benchmarks/gpu/fetch_wheels.sh                       # requirements-gpu.txt and -titan.txt → .whl/p1 .. p3
 #   bash benchmarks/gpu/fetch_wheels.sh benchmarks/gpu/requirements-real.txt "$(bash launchers/fetch_smollm2.sh)"
 #                                                             # + the real-model benchmark's wheels and model file
 #   bash benchmarks/gpu/fetch_wheels.sh benchmarks/gpu/requirements-vllm.txt   # + vLLM 0.26 (generator=vllm)
@@ -18,7 +18,7 @@ DL=.whl/dl
 PART_BYTES=${PART_BYTES:-60000000}   # per call: 64 MiB = 67.1 MB, less the working tree (~3 MB) and a margin
 PIP=${PIP:-python3 -m pip}
 PY312=${PY312:-python3.12}
-REQS=("$HERE/requirements-gpu.txt") BLOBS=()
+REQS=("$HERE/requirements-gpu.txt" "$HERE/requirements-titan.txt") BLOBS=()  # every gpu.md step runs trainer=titan
 for arg in "$@"; do
   if [[ $arg == *.txt ]]; then REQS+=("$arg"); else BLOBS+=("$arg"); fi
 done

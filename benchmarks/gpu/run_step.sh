@@ -70,6 +70,11 @@ declare -A VARIANTS=(
 ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither ga1_share ga1_noshare ga1_flex ga1_share_sdpa ga1_age2_share hf_ga4 ga1_vllm base_ga4 base_ga1)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
+if [[ " ${TAGS[*]} " != " hf_ga4 " ]] && ! python3 -c "import torchtitan" 2>/dev/null; then
+  echo "run_step.sh: trainer=titan needs TorchTitan on this machine: fetch its wheels with" \
+    "benchmarks/gpu/fetch_wheels.sh (requirements-titan.txt) and carry .whl/p1 .. again" >&2
+  exit 2
+fi
 declare -A SEEN=()
 NAMES=()  # a variant named twice runs twice, its second run's outputs named <tag>_2
 for tag in "${TAGS[@]}"; do

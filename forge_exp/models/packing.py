@@ -75,14 +75,16 @@ def pack_groups(
 
     def earlier(x: torch.Tensor) -> torch.Tensor:
         """[B]: the sum of x over the rows before each row in its sequence."""
-        sums = x[order].cumsum(0) - x[order]
+        xs = x[order]
+        sums = xs.cumsum(0) - xs
         out = torch.empty_like(sums)
         out[order] = sums - sums[head][ordered]
         return out
 
     start = p + earlier(n)  # the column of each row's first response token
     segment = earlier((n > 0).long()) + 1  # responses numbered 1, 2, ... (an empty one takes no number)
-    lengths = torch.zeros(G, dtype=torch.long, **on).index_add_(0, rows, n) + p[first_row]
+    plen = p[first_row]  # each sequence's prompt length
+    lengths = torch.zeros(G, dtype=torch.long, **on).index_add_(0, rows, n) + plen
     width = max(1, int(lengths.max()))
     wide = max(width, P) + 1  # room for the prompt columns before cutting to width, and a last column for what
     # is not written (every [B, R] entry is scattered, without a mask to read back: its dead ones go there)
@@ -91,9 +93,8 @@ def pack_groups(
     segments = torch.full((G, wide), PAD, dtype=torch.long, **on)
     # each sequence's prompt: its first row's, moved from the right edge (left padding) to column 0
     col = torch.arange(P, **on)[None]
-    plen = p[first_row][:, None]
-    in_prompt = col < plen
-    ids[:, :P] = torch.where(in_prompt, prompt_ids[first_row].gather(1, (P - plen + col).clamp(max=P - 1)), 0)
+    in_prompt = col < plen[:, None]
+    ids[:, :P] = torch.where(in_prompt, prompt_ids[first_row].gather(1, (P - plen[:, None] + col).clamp(max=P - 1)), 0)
     positions[:, :P] = torch.where(in_prompt, col, 0)
     segments[:, :P] = torch.where(in_prompt, PROMPT, PAD)
     # each row's response tokens at start, start + 1, ... of its sequence, at positions p, p + 1, ... (its own)

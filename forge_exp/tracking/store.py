@@ -111,12 +111,13 @@ def ensure_store(uri: str) -> None:
 def other_creator_done(path: Path, quiet_s: float = 5.0, timeout_s: float = 120.0) -> bool:
     """After a creation of the store at `path` failed beside another creator: True once the store is migrated;
     False once its schema revision has not moved for `quiet_s` (the other stopped) or after `timeout_s`."""
-    last, since = revision(path), time.monotonic()
+    head, last, since = schema_head(), revision(path), time.monotonic()
     deadline = since + timeout_s
     while time.monotonic() < deadline:
-        if migrated(path):
+        now = revision(path)  # read once a poll: migrated() is this against the head
+        if head is not None and now == head:
             return True
-        if (now := revision(path)) != last:
+        if now != last:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
             return False

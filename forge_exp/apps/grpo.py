@@ -149,7 +149,8 @@ async def train(h: Handles, tracker: Tracker, resume: ResumeState | None = None)
                                 "eval/accuracy" if heldout else None)
     tracker.begin()  # every process is up: the MLflow run is created while the first steps run
     overlap = Overlap(steps, h.buffer, h.dataset, a.prompts_per_step * a.group_size, a.max_policy_age,
-                      RewardWatch(*run.reward_failures), lambda: h.samplers.reward.route().errors.call_one(), h.timeline)
+                      RewardWatch(*run.reward_failures), lambda: h.samplers.reward.route().errors.call_one(),
+                      h.timeline, waves=a.rollout_waves)
     async with overlap.running(rollouts(h, overlap)):
         async for step, episodes in overlap.training_batches():  # the next one is taken while this one trains
             batch = collate_episodes(episodes, h.pad_id)

@@ -107,6 +107,11 @@ class RLAlgorithm(AlgorithmBase):
     # rollouts may be this many weight versions behind the trainer; 0 = on-policy. Up to max_policy_age + 1 batches
     # are generated at once (the generator decodes their rows together: apps/grpo.py)
     max_policy_age: int = 1
+    # false: a batch begins as soon as it is within max_policy_age versions, so generation runs beside training;
+    # true: batches begin in waves of max_policy_age + 1, each wave once every batch before it has trained, so
+    # generation and training take turns (one GPU shared by both: no fight over its SMs) and samples are 0, 1, ...
+    # max_policy_age versions old instead of max_policy_age (driver/overlap.py)
+    rollout_waves: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,7 +1,8 @@
 """Rollouts and training at once (apps/grpo.py): the operational half of an asynchronous RL loop.
 
     rollouts  `async for batch in overlap.rollout_batches()`: a batch starts only while it is within
-              max_policy_age versions of the weights the generators hold, and never during a checkpoint;
+              max_policy_age versions of the weights the generators hold (with `waves`, only with the other
+              batches of its wave, once every batch before them has trained), and never during a checkpoint;
               `overlap.run_batch(coroutine)` makes it in a task of its own, so up to max_policy_age + 1 batches
               are made at once; each `await overlap.turn(batch)` before the replay buffer (batches land in
               order) and `overlap.added(...)` once its episodes are in it
@@ -102,10 +103,11 @@ class Overlap:
     errors, for the message of a reward that keeps failing. Its checkpoints hold loop.json (`snapshot`)."""
 
     def __init__(self, steps: Steps, buffer: Service, dataset: Service, batch_episodes: int, max_policy_age: int,
-                 watch: RewardWatch, reward_errors: Callable[[], Awaitable[dict]], timeline: Timeline | None = None):
+                 watch: RewardWatch, reward_errors: Callable[[], Awaitable[dict]], timeline: Timeline | None = None,
+                 waves: bool = False):
         self.steps, self.buffer, self.dataset = steps, buffer, dataset
         self.timeline = timeline  # the run's service calls: each step's timeline/ metrics
-        self.n, self.max_age = batch_episodes, max_policy_age
+        self.n, self.max_age, self.waves = batch_episodes, max_policy_age, waves
         self.watch, self.reward_errors = watch, reward_errors
         steps.snapshot = self.snapshot
         self.published = steps.first - 1
@@ -135,12 +137,19 @@ class Overlap:
         `added`: the next one may begin before (`run_batch`)."""
         while not self.done:
             self.raise_failure()
-            if self.started - self.published > self.max_age:
+            if self.published < self.first_version(self.started):
                 await self.changed.wait()  # for the next version (or a batch's failure)
                 continue
             await self.quiesce.begin()
             self.started += 1
             yield self.started - 1
+
+    def first_version(self, batch: int) -> int:
+        """The oldest weight version the generators may hold when `batch` begins (it is trained at version `batch`).
+        Waves of max_policy_age + 1 batches begin together at the version that trained every batch before them:
+        their samples are 0, 1, ... max_policy_age versions old, and on one GPU their generation and the training
+        steps take turns instead of sharing the SMs."""
+        return batch - batch % (self.max_age + 1) if self.waves else batch - self.max_age
 
     def run_batch(self, batch: Coroutine) -> None:
         """Make a batch in a task of its own (`batch`: its generation, scoring, `turn` and `added`), so the next

@@ -76,6 +76,7 @@ class NativeEngine:
         on_gpu = self.device.type == "cuda"
         self.sync_every = knobs.sync_every or (16 if on_gpu else 1)
         self.lookahead = knobs.lookahead if knobs.lookahead is not None else on_gpu
+        self.gather_s = (knobs.gather_ms if knobs.gather_ms is not None else 2.0 if on_gpu else 0.0) / 1000
         if self.plain_reason is None:
             decoder = StaticDecoder(model, slots=self.slots, max_len=self.max_len, kernels=_kernels(self.device))
             self.runner = DecodeRunner(decoder, slots=self.slots, max_len=self.max_len, eos_ids=self.eos_ids,
@@ -239,6 +240,8 @@ class NativeEngine:
             with self._cv:
                 while not (self._closed or self._waiting or self._active):
                     self._cv.wait()
+                if not self._active:
+                    self._gather()
                 if self._closed:
                     return
                 admit = self._taken = []
@@ -252,6 +255,14 @@ class NativeEngine:
                 self._admit(admit)
             if self._active:
                 self._decode_chunk()
+
+    def _gather(self) -> None:
+        """An idle engine's first call: wait while more calls keep arriving within gather_s of each other (or until
+        the free slots are spoken for), so that calls made together are admitted together. Holds self._cv."""
+        seen = 0
+        while self.gather_s and seen < len(self._waiting) < len(self._slots) and not self._closed:  # more came
+            seen = len(self._waiting)
+            self._cv.wait(self.gather_s)
 
     def _admit(self, rows: list[Row]) -> None:
         """Prefill `rows` into free slots, in packed groups of at most prefill_tokens prompt tokens."""

@@ -57,6 +57,10 @@ class NativeKnobs(EngineOptions):
     # kernels in the gaps between the decode steps' instead of ahead of them
     high_priority: bool = True
     prefill_tokens: int = 8192  # prompt tokens per prefill forward (bounds its activation memory)
+    # an idle engine, on its first call, waits while more calls keep coming within this many milliseconds, so that
+    # calls made together (a wave of rollout batches) prefill and decode as one batch instead of the later ones
+    # joining a chunk of sync_every steps later; null: 2 on GPU, 0 on CPU
+    gather_ms: Optional[float] = None
     # the samples of a prompt read its K/V from the first sample's slot instead of copies in their own (GPU only:
     # the Triton attention kernel; the torch ops always copy). Fewer bytes a decode step (~1.6 of ~7.1 GB at 64
     # rows of the gpu.md shape), 2-3% more tokens/s alone on the H200 (benchmarks/gpu.md; docs/generators.md)
@@ -70,6 +74,8 @@ class NativeKnobs(EngineOptions):
             if getattr(self, key) is not None:
                 at_least(key, getattr(self, key), 1)
         at_least("prefill_tokens", self.prefill_tokens, 1)
+        if self.gather_ms is not None:
+            at_least("gather_ms", self.gather_ms, 0)
 
 
 @dataclass

@@ -109,13 +109,13 @@ def test_steps_are_logged_flushed_and_checkpointed_on_their_cadence(tmp_path):
     assert saved == [step_dir(tmp_path, n).name for n in (4, 8, 12, 16, 20)] and s.saved == 20
 
 
-def overlap(tmp_path, max_policy_age: int, every=0, saved=None) -> Overlap:
+def overlap(tmp_path, max_policy_age: int, every=0, saved=None, waves=False) -> Overlap:
     buffer: list = []
     endpoints = Endpoints(add=buffer.extend, sample=lambda n, version: buffer[:n] if len(buffer) >= n else None,
                           unsample=lambda: 0, state=lambda: {"held": len(buffer)})
     return Overlap(steps(tmp_path, total=3, every=every, saved=saved), endpoints, Endpoints(state=lambda: {}),
                    batch_episodes=2, max_policy_age=max_policy_age, watch=RewardWatch(1.0, 1),
-                   reward_errors=lambda: {})
+                   reward_errors=lambda: {}, waves=waves)
 
 
 def train_on(o: Overlap, rollouts) -> list:
@@ -189,6 +189,19 @@ def test_with_max_policy_age_0_one_batch_is_made_at_a_time(tmp_path):
     kinds = [e[:2] for e in events]
     for b in (1, 2):  # batch b begins only after batch b - 1 landed (and was trained on)
         assert kinds.index(("landed", b - 1)) < kinds.index(("generate", b))
+
+
+@pytest.mark.parametrize("waves", [False, True])
+def test_rollout_waves_begin_a_wave_together_once_every_batch_before_it_has_trained(tmp_path, waves):
+    o, events = overlap(tmp_path, max_policy_age=1, waves=waves), []
+    assert [step for step, _ in train_on(o, batch_rollouts(o, events, slow=()))] == [1, 2, 3]
+    began = {e[1]: e[2] for e in events if e[0] == "generate"}  # batch: the version published when it began
+    kinds = [e[:2] for e in events]
+    assert began[0] == began[1] == 0 and kinds.index(("generate", 1)) < kinds.index(("landed", 0))
+    if waves:  # batch 2 waits for batch 1's step: trained at versions 2 and 3, batches 2 and 3 are 0 and 1 old
+        assert began[2] == 2 and kinds.index(("landed", 1)) < kinds.index(("generate", 2))
+    else:  # batch 2 begins once batch 0 has trained: 1 version old when trained, as is every batch after it
+        assert began[2] == 1
 
 
 def test_a_checkpoint_waits_for_every_batch_in_flight_to_land(tmp_path):

@@ -117,6 +117,25 @@ def test_concurrent_calls_are_batched_together_and_each_is_exact(lookahead):
         assert_same(got, eager(peaky_model(), prompts, s if s.seed is not None else replace(s, seed=0)))
 
 
+@pytest.mark.parametrize("gather_ms", [0, 2000])
+def test_an_idle_engine_gathers_the_calls_made_together_before_its_prefill(gather_ms):
+    """A second call 0.2 s after the first: within gather_ms, both are prefilled (and decoded) as one batch; without
+    a window the first call starts alone and the second is prefilled on its own."""
+    prompts = encode(PROMPTS)
+    calls = [Sampling(n=2, max_new_tokens=6, seed=31), Sampling(n=2, max_new_tokens=6, seed=32)]
+
+    async def main(e):
+        first = asyncio.ensure_future(e.generate(prompts, calls[0]))
+        await asyncio.sleep(0.2)
+        return await asyncio.gather(first, e.generate(prompts, calls[1]))
+
+    with engine(peaky_model(), slots=32, gather_ms=gather_ms) as e:
+        results = run(main(e))
+        assert e.stats["prefills"] == (1 if gather_ms else 2)
+    for got, s in zip(results, calls):
+        assert_same(got, eager(peaky_model(), prompts, s))
+
+
 def test_a_call_without_seed_takes_the_next_one_from_the_engine():
     model = peaky_model()
     s = Sampling(n=2, max_new_tokens=6)

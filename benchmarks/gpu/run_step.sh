@@ -38,9 +38,8 @@
 #                have trained, so their decode and the two training steps take turns on the GPU (samples 0 or 1
 #                version old instead of 1)
 #   ga1_waves_nogather  ga1_waves + generator.gather_ms=0: the wave's second batch joins a decode chunk later
-#   ga1_keep     + trainer.reshard_after_forward=false: FSDP2 keeps the bf16 weights from forward to backward (no
-#                second cast a step) and the reference model's between passes
-#   ga1_waves_keep  both
+#   ga1_768, ga1_waves_768  ga1, ga1_waves + dataset.max_prompt_tokens=256: the prompts' own length, so the
+#                generator's max_len is 768 (generation.py's) instead of 1024
 #   base_ga4     ga4 with trainer.compile=true, run by the forge_exp installed at $BASE_SITE (an earlier commit,
 #                A/B in one call; before this change compile was off unless set)
 #   base_ga1     ga1, run by the forge_exp installed at $BASE_SITE
@@ -73,12 +72,12 @@ declare -A VARIANTS=(
   [ga1_vllm]="${TITAN[*]} algorithm.grad_accum=1 generator=vllm generator.gpu_memory_utilization=0.3 generator.kv_cache_gib=8"
   [ga1_waves]="${TITAN[*]} algorithm.grad_accum=1 algorithm.rollout_waves=true"
   [ga1_waves_nogather]="${TITAN[*]} algorithm.grad_accum=1 algorithm.rollout_waves=true generator.gather_ms=0"
-  [ga1_keep]="${TITAN[*]} algorithm.grad_accum=1 trainer.reshard_after_forward=false"
-  [ga1_waves_keep]="${TITAN[*]} algorithm.grad_accum=1 algorithm.rollout_waves=true trainer.reshard_after_forward=false"
+  [ga1_768]="${TITAN[*]} algorithm.grad_accum=1 dataset.max_prompt_tokens=256"
+  [ga1_waves_768]="${TITAN[*]} algorithm.grad_accum=1 algorithm.rollout_waves=true dataset.max_prompt_tokens=256"
   [base_ga4]="${TITAN[*]} trainer.compile=true algorithm.grad_accum=4"
   [base_ga1]="${TITAN[*]} algorithm.grad_accum=1"
 )
-ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither ga1_share ga1_noshare ga1_flex ga1_share_sdpa ga1_age2_share ga1_waves ga1_waves_nogather ga1_keep ga1_waves_keep hf_ga4 ga1_vllm base_ga4 base_ga1)
+ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither ga1_share ga1_noshare ga1_flex ga1_share_sdpa ga1_age2_share ga1_waves ga1_waves_nogather ga1_768 ga1_waves_768 hf_ga4 ga1_vllm base_ga4 base_ga1)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
 if [[ " ${TAGS[*]} " != " hf_ga4 " ]] && ! python3 -c "import torchtitan" 2>/dev/null; then

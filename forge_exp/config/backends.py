@@ -49,10 +49,6 @@ class TitanTrainerConfig(TrainerBackend):
     share_prompts: Optional[bool] = None
     chunk_rows: int = 4096  # rows of logits alive at once in the chunked logprobs (memory vs speed)
     param_dtype: Optional[DType] = None  # compute dtype; null: bfloat16 on GPU, float32 on CPU (weights stay float32)
-    # FSDP2 frees each block's compute-dtype weights after its forward and makes them again for the backward (on one
-    # process: a second cast of the float32 weights); false keeps them from forward to backward (more memory: the
-    # weights in param_dtype), and keeps a frozen reference model's for good. null: TorchTitan's policy (reshard)
-    reshard_after_forward: Optional[bool] = None
     # the KL term's reference model (algorithm.beta > 0) runs in the trainer's processes on this engine: a frozen
     # copy of the initial weights, sharded, compiled and run like the policy (its weights in the compute dtype),
     # instead of a transformers model in a service of its own (services.ref_model is then unused). null: when that

@@ -78,7 +78,6 @@ class TitanTrainer:
         share_prompts: bool | None = None,
         seed: int = 0,
         frozen: bool = False,
-        reshard_after_forward: bool | None = None,
     ):
         """A randomly initialised model of `hf_config` (a config.json dict or its path); `load_hf` loads weights.
         `param_dtype`: compute dtype of the forward/backward (FSDP2 mixed precision; default bf16 on GPU, float32 on
@@ -88,9 +87,7 @@ class TitanTrainer:
         ordered by prompt first, so that a micro-batch holds whole groups. None: on CUDA (`attention` None: then
         flex), off on CPU (`shared_layout`).
         `frozen`: a model that only scores (`score`: a reference model), with no gradients and no optimizer, its weights
-        stored in `param_dtype` (no float32 master copy: nothing updates them). `reshard_after_forward`: FSDP2's
-        (None: TorchTitan's policy; False keeps each block's gathered compute-dtype weights from its forward to its
-        backward, and a frozen model's from one forward to the next)."""
+        stored in `param_dtype` (no float32 master copy: nothing updates them)."""
         if activation_checkpointing not in AC_MODES:
             raise ValueError(f"activation_checkpointing must be one of {AC_MODES}, got {activation_checkpointing!r}")
         titan()
@@ -111,7 +108,6 @@ class TitanTrainer:
             data_parallel_shard_degree=degrees.dp_shard,
             tensor_parallel_degree=degrees.tp,
             spmd_backend="partial_dtensor",  # FSDP2 + DTensor TP; the spmd_types backends need torch >= 2.12
-            fsdp_reshard_after_forward={None: "default", True: "always", False: "never"}[reshard_after_forward],
         )
         self.model_config = config = titan_config(arch, self.attention, masked=self.share_prompts)
         config.update_from_config(config=SimpleNamespace(parallelism=parallelism))  # TP sharding plans

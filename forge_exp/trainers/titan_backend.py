@@ -52,7 +52,6 @@ class TitanBackend:
         chunk_rows: int = 4096,
         share_prompts: bool | None = None,
         param_dtype: str | None = None,
-        reshard_after_forward: bool | None = None,
     ):
         from forge_exp.trainers.titan import TitanTrainer
 
@@ -64,7 +63,7 @@ class TitanBackend:
         # how the model is built and run, for the reference model too (load_reference)
         self._built = dict(degrees=degrees, device=device, param_dtype=DTYPES[param_dtype] if param_dtype else None,
                            compile=compile, attention=attention, chunk_rows=chunk_rows,
-                           share_prompts=share_prompts, reshard_after_forward=reshard_after_forward)
+                           share_prompts=share_prompts)
         with self._hf_dir(spec) as source:
             self.trainer = TitanTrainer.from_pretrained(
                 source, loss=loss, lr=lr, weight_decay=weight_decay, activation_checkpointing=activation_checkpointing,

@@ -107,26 +107,3 @@ def test_a_frozen_engine_stores_its_weights_in_the_compute_dtype(case, paralleli
         assert frozen.dtype == torch.float32 and torch.count_nonzero(frozen) > 0
         assert torch.equal(frozen, policy)
 
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("parallelism,procs", [("single", 1), ("fsdp", 2)])
-def test_keeping_the_gathered_weights_from_forward_to_backward_trains_the_same(case, parallelism, procs):
-    """trainer.reshard_after_forward=false: FSDP2 keeps each block's gathered weights from its forward to its
-    backward instead of gathering (on one process: casting) them again; the steps are the same."""
-    c = case("qwen3")
-    kept = run_world(procs, c["tmp"] / "runs", "parity_job", checkpoint=c["checkpoint"], batches=c["batches"],
-                     parallelism=parallelism, grad_accum=2 // procs, reshard_after_forward=False)
-    assert_same_steps(kept, c["single"], f"qwen3 {parallelism} reshard_after_forward=false")
-
-
-@pytest.mark.slow
-def test_a_frozen_engine_that_keeps_its_gathered_weights_scores_the_same(case):
-    """A reference model with reshard_after_forward=false gathers its weights once and keeps them from one pass to
-    the next (its parameters are no longer FSDP2's shards after the passes); the scores are those of the default."""
-    c = case("qwen3")
-    runs = {keep: run_world(1, c["tmp"] / "runs", "frozen_job", checkpoint=c["checkpoint"], batches=c["batches"],
-                            **({"reshard_after_forward": False} if keep else {})) for keep in (False, True)}
-    # the default reshards each block after its pass (the root's own parameters it keeps, as TorchTitan wraps them)
-    assert True in runs[False]["sharded"] and runs[True]["sharded"] == [False]
-    assert all(torch.equal(a, b) for a, b in zip(runs[True]["scores"], runs[False]["scores"]))

@@ -149,9 +149,8 @@ def parity_job(checkpoint: str, batches: str, parallelism: str, grad_accum: int,
 
 
 def frozen_job(checkpoint: str, batches: str, **knobs) -> dict:
-    """A frozen engine in one process scoring each batch: its scores, the token tensors' shapes its model was given
-    for them (one forward a batch), and whether its parameters are still FSDP2's sharded DTensors after the passes
-    (False: it kept the gathered weights)."""
+    """A frozen engine in one process scoring each batch: its scores, and the token tensors' shapes its model was
+    given for them (one forward a batch)."""
     from forge_exp.trainers.parallel import degrees
     from forge_exp.trainers.titan import TitanTrainer
 
@@ -160,10 +159,7 @@ def frozen_job(checkpoint: str, batches: str, **knobs) -> dict:
     shapes = []
     trainer.model.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
     scores = [trainer.score(b, TEMPERATURE) for b in torch.load(batches, weights_only=False)]
-    from torch.distributed.tensor import DTensor
-
-    sharded = sorted({isinstance(p, DTensor) for p in trainer.model.parameters()})
-    return {"scores": scores, "shapes": shapes, "sharded": sharded}
+    return {"scores": scores, "shapes": shapes}
 
 
 def train_shapes_job(checkpoint: str, batches: str, grad_accum: int, **knobs) -> list[tuple[int, ...]]:

@@ -11,8 +11,10 @@ a different order than torch's cumsum, so on a flat distribution over a large vo
 ~1e-5 of accumulated rounding against per-column masses of ~1e-7) a draw can land a few columns away from the torch
 op's; each is the same distribution's draw to float32 precision. The CPU path is the torch op itself.
 
-Loops have compile-time bounds and masked tails (no data-dependent control flow), which keeps the kernels
-capturable in CUDA graphs and runnable under TRITON_INTERPRET=1 on a CPU for tests.
+Loops have compile-time bounds and masked tails, which keeps the kernels capturable in CUDA graphs and runnable
+under TRITON_INTERPRET=1 on a CPU for tests; the one data-dependent branch is attention's: a program whose chunk lies
+past its row's length returns at once (a CUDA graph's grid covers the whole cache, sized for generator.max_len,
+while the rows hold only what they have decoded so far), and the combine reads only the live chunks.
 """
 
 from __future__ import annotations
@@ -144,8 +146,10 @@ def _attn_split_kernel(Q, KC, VC, SLOT, LENS, PSLOT, PLEN, OP, LSE,
     n = tl.program_id(0)
     hk = tl.program_id(1)
     sp = tl.program_id(2)
-    slot = tl.load(SLOT + n)
     length = tl.load(LENS + n)
+    if sp * CHUNK >= length:  # nothing of this row here: the combine reads only the chunks below its length
+        return
+    slot = tl.load(SLOT + n)
     if HAS_PREFIX:
         pslot = tl.load(PSLOT + n)
         plen = tl.load(PLEN + n)
@@ -191,13 +195,14 @@ def _attn_split_kernel(Q, KC, VC, SLOT, LENS, PSLOT, PLEN, OP, LSE,
 
 
 @triton.jit
-def _attn_combine_kernel(OP, LSE, OUT, stride_on, stride_oh, stride_os, stride_ln, stride_lh,
-                         stride_outn, stride_outh, NS: tl.constexpr, BS: tl.constexpr, D: tl.constexpr):
+def _attn_combine_kernel(OP, LSE, LENS, OUT, stride_on, stride_oh, stride_os, stride_ln, stride_lh,
+                         stride_outn, stride_outh, NS: tl.constexpr, BS: tl.constexpr, D: tl.constexpr,
+                         CHUNK: tl.constexpr):
     n = tl.program_id(0)
     h = tl.program_id(1)
     os_ = tl.arange(0, BS)
     od = tl.arange(0, D)
-    sm = os_ < NS
+    sm = (os_ < NS) & (os_ * CHUNK < tl.load(LENS + n))  # the chunks the split kernel wrote
     lse = tl.load(LSE + n * stride_ln + h * stride_lh + os_, mask=sm, other=float("-inf"))
     w = tl.exp(lse - tl.max(lse, 0))  # chunk 0 always holds the current token, so the max is finite
     o = tl.load(OP + n * stride_on + h * stride_oh + os_[:, None] * stride_os + od[None, :], mask=sm[:, None],
@@ -225,8 +230,9 @@ def attention(q, k_cache, v_cache, slots, lengths, kv_len, scale, prefix=None):
         HAS_PREFIX=prefix is not None, num_warps=ATTN_WARPS, **({} if ATTN_STAGES is None else {"num_stages": ATTN_STAGES}))
     out = torch.empty_like(q)
     _attn_combine_kernel[(n, num_heads)](
-        partial, lse, out, partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
-        out.stride(0), out.stride(1), NS=chunks, BS=max(2, triton.next_power_of_2(chunks)), D=d, num_warps=4)
+        partial, lse, lengths, out, partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0),
+        lse.stride(1), out.stride(0), out.stride(1), NS=chunks, BS=max(2, triton.next_power_of_2(chunks)), D=d,
+        CHUNK=SPLIT, num_warps=4)
     return out
 
 

@@ -43,6 +43,7 @@
 #   base_ga4     ga4 with trainer.compile=true, run by the forge_exp installed at $BASE_SITE (an earlier commit,
 #                A/B in one call; before this change compile was off unless set)
 #   base_ga1     ga1, run by the forge_exp installed at $BASE_SITE
+#   base_ga1_waves  ga1_waves, the same way
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 export BENCH=${BENCH:-/tmp/gpubench}
@@ -76,8 +77,9 @@ declare -A VARIANTS=(
   [ga1_waves_768]="${TITAN[*]} algorithm.grad_accum=1 algorithm.rollout_waves=true dataset.max_prompt_tokens=256"
   [base_ga4]="${TITAN[*]} trainer.compile=true algorithm.grad_accum=4"
   [base_ga1]="${TITAN[*]} algorithm.grad_accum=1"
+  [base_ga1_waves]="${TITAN[*]} algorithm.grad_accum=1 algorithm.rollout_waves=true"
 )
-ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither ga1_share ga1_noshare ga1_flex ga1_share_sdpa ga1_age2_share ga1_waves ga1_waves_nogather ga1_768 ga1_waves_768 hf_ga4 ga1_vllm base_ga4 base_ga1)
+ORDER=(ga4 ga1 ga1_eager ga1_seq ga1_lowprio ga1_age2 ga1_nolookahead ga1_sync8 ga1_sync4 ga1_copies ga1_service ga1_neither ga1_age2_neither ga1_share ga1_noshare ga1_flex ga1_share_sdpa ga1_age2_share ga1_waves ga1_waves_nogather ga1_768 ga1_waves_768 hf_ga4 ga1_vllm base_ga4 base_ga1 base_ga1_waves)
 TAGS=("$@")
 [ ${#TAGS[@]} -gt 0 ] || TAGS=("${ORDER[@]}")
 if [[ " ${TAGS[*]} " != " hf_ga4 " ]] && ! python3 -c "import torchtitan" 2>/dev/null; then

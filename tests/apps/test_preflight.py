@@ -113,6 +113,12 @@ def test_with_bad_rows_skipped_a_bad_first_row_is_left_to_the_stream_but_a_wrong
 def test_the_log_says_why_a_sleep_mode_engine_is_never_put_to_sleep():
     from forge_exp.apps.preflight import resolve_model
 
-    notes = resolve_model(validate(compose_cfg("generator=vllm", "generator.enable_sleep_mode=true")))
-    assert any(n.startswith("generator.enable_sleep_mode=true: the GRPO loop does not put") for n in notes), notes
+    def note(*overrides):
+        notes = resolve_model(validate(compose_cfg("generator=vllm", "generator.enable_sleep_mode=true", *overrides)))
+        (said,) = [n for n in notes if n.startswith("generator.enable_sleep_mode=true: the GRPO loop does not put")]
+        return said
+
+    assert "rollouts overlap training" in note()
+    for turns in ("algorithm.max_policy_age=0", "algorithm.rollout_waves=true"):
+        assert "rollouts and training take turns" in note(turns), turns
     assert not any("sleep" in n for n in resolve_model(validate(compose_cfg("generator=vllm"))))

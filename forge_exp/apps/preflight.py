@@ -38,10 +38,10 @@ def resolve_model(config: ForgeConfig) -> list[str]:
     sleeps = isinstance(config.generator, VllmOptions) and config.generator.enable_sleep_mode
     if sleeps and config.algorithm.app == "grpo":
         # docs/generators.md: Sleep mode
-        a = config.algorithm
-        why = ("as it samples the next batch meanwhile (rollouts overlap training)" if a.max_policy_age and not
-               a.rollout_waves else "though here rollouts and training take turns (max_policy_age=0 or rollout_waves):"
-               " sleeping between them is not wired")
+        overlap = config.algorithm.max_policy_age > 0 and not config.algorithm.rollout_waves  # driver/overlap.py
+        why = ("as it samples the next batch meanwhile (rollouts overlap training)" if overlap else
+               "though here rollouts and training take turns (max_policy_age=0 or rollout_waves): "
+               "sleeping between them is not wired")
         notes.append(f"generator.enable_sleep_mode=true: the GRPO loop does not put the engine to sleep while the "
                      f"trainer steps, {why}; its memory is what generator.gpu_memory_utilization / kv_cache_gib allow")
     return notes

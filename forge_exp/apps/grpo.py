@@ -1,4 +1,5 @@
-"""GRPO, asynchronous: rollouts and training overlap, off-policy by at most `algorithm.max_policy_age` versions.
+"""GRPO, asynchronous: rollouts and training overlap, off-policy by at most `algorithm.max_policy_age` versions
+(or take turns: `max_policy_age=0`, or `algorithm.rollout_waves`).
 
     rollouts (concurrently):  prompts → generator (group_size each) → reward workers → filters → advantages
                               → [reference logprobs] → replay buffer, batches in order
@@ -105,7 +106,8 @@ async def build(cfg, runtime: Runtime, resume: ResumeState | None = None) -> Han
 
 async def rollouts(h: Handles, overlap: Overlap) -> None:
     """Fill the replay buffer. Each batch is made in a task of its own, begun as soon as it is within
-    max_policy_age versions of the generators' weights, so up to max_policy_age + 1 batches generate at once (the
+    max_policy_age versions of the generators' weights (with algorithm.rollout_waves: in waves of max_policy_age + 1,
+    each once every batch before it has trained), so up to max_policy_age + 1 batches generate at once (the
     generator decodes their rows together); they reach the buffer in order."""
     async for b in overlap.rollout_batches():
         overlap.run_batch(rollout_batch(h, overlap, b))
